@@ -233,3 +233,18 @@ def render_ops(agent: str, ops: list[Op]) -> str:
             raise ValueError("core writes exactly one operation")
         return json.dumps(op_to_dict(ops[0]), ensure_ascii=False)
     return json.dumps({"operations": [op_to_dict(op) for op in ops]}, ensure_ascii=False)
+
+
+def written_text(ops: list[Op]) -> str:
+    """The new text a list of operations writes, joined by newlines (what length penalties measure)."""
+    parts = []
+    for op in ops:
+        if isinstance(op, (CoreAppend, CoreRewrite)):
+            parts.append(op.content)
+        elif isinstance(op, CoreReplace):
+            parts.append(op.new_text)
+        elif isinstance(op, Add):
+            parts.append(op.memory)
+        elif isinstance(op, (Update, Merge)):
+            parts.append(op.new_memory)
+    return "\n".join(parts)

@@ -1,0 +1,167 @@
+"""Saving and loading memory banks: plain JSON and ``.npy`` files, written atomically.
+
+A bank folder holds ``bank.json`` (Core, entries, segment layout), ``vectors.npy`` (float32,
+one row per entry in insertion order) and, for large segments, ``graph-<i>-<type>.npy`` (the
+serialised HNSW graph as bytes), so a loaded bank searches exactly like the saved one.
+
+A save writes a complete sibling folder first, then swaps it in with two renames. A crash before
+the swap leaves the old folder untouched; a crash between the two renames leaves the old folder
+under a ``.old`` name, which ``load`` finds and uses. Either way the previous bank survives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+from membuilder.memory.core import Compressor, CoreBlock, CoreEvent
+from membuilder.memory.embedding_cache import EmbeddingCache
+from membuilder.memory.entry import MEMORY_TYPES, Entry
+from membuilder.memory.segment import Segment
+
+FORMAT = "memgym-bank"
+VERSION = 1
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_bank(bank, path: Path) -> Path:
+    path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    parent.mkdir(parents=True, exist_ok=True)
+    token = uuid.uuid4().hex[:8]
+    tmp = parent / f".{path.name}.tmp-{token}"
+    tmp.mkdir()
+    try:
+        segments = bank.store.segments()
+        layout = []
+        for i, seg in enumerate(segments):
+            graphs = {}
+            for mtype, blob in seg.graph_blobs().items():
+                name = f"graph-{i}-{mtype}.npy"
+                np.save(tmp / name, blob, allow_pickle=False)
+                graphs[mtype] = name
+            layout.append({"size": len(seg), "graphs": graphs})
+        vectors = bank.store.vectors()
+        seqs = np.concatenate([s.seqs for s in segments]) if segments else np.zeros(0, np.int64)
+        np.save(tmp / "vectors.npy", vectors, allow_pickle=False)
+        np.save(tmp / "seqs.npy", seqs, allow_pickle=False)
+        meta = {
+            "format": FORMAT,
+            "version": VERSION,
+            "dim": bank.store.dim,
+            "embedder": getattr(bank.cache.embedder, "name", None),
+            "next_id": bank._next_id,
+            "next_seq": bank.store._next_seq,
+            "core": {
+                "text": bank.core.text,
+                "limit": bank.core.limit,
+                "compress_target": bank.core.compress_target,
+                "events": [e.to_dict() for e in bank.core.events],
+            },
+            "segments": layout,
+            "entries": [e.to_dict() for e in bank.store.entries()],
+        }
+        with open(tmp / "bank.json", "w", encoding="utf-8") as f:
+            json.dump(meta, f, ensure_ascii=False, indent=1)
+        for child in tmp.iterdir():
+            _fsync_file(child)
+        _fsync_dir(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+    old = parent / f".{path.name}.old-{token}"
+    if path.exists():
+        os.rename(path, old)
+    os.rename(tmp, path)
+    _fsync_dir(parent)
+    shutil.rmtree(old, ignore_errors=True)
+    # Leftovers of saves that were killed earlier.
+    for stale in parent.glob(f".{path.name}.tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    for stale in parent.glob(f".{path.name}.old-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    return path
+
+
+def _recover(path: Path) -> Path:
+    """The folder to read: the bank itself, or the old copy a save left mid-swap."""
+    if (path / "bank.json").exists():
+        return path
+    parent = path.parent if str(path.parent) else Path(".")
+    olds = sorted(parent.glob(f".{path.name}.old-*"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in olds:
+        if (old / "bank.json").exists():
+            return old
+    raise FileNotFoundError(f"no memory bank at {path} (expected {path / 'bank.json'})")
+
+
+def load_bank(path: Path, embedder=None, cache: EmbeddingCache | None = None, compressor: Compressor | None = None):
+    from membuilder.memory.bank import MemoryBank
+
+    folder = _recover(Path(path))
+    meta_file = folder / "bank.json"
+    try:
+        meta = json.loads(meta_file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{meta_file}: not valid JSON ({exc})") from exc
+    if meta.get("format") != FORMAT:
+        raise ValueError(f"{meta_file}: field 'format' is {meta.get('format')!r}, expected {FORMAT!r}")
+    if meta.get("version") != VERSION:
+        raise ValueError(f"{meta_file}: field 'version' is {meta.get('version')!r}; this MemGym reads {VERSION}")
+    dim = meta.get("dim")
+    if cache is None:
+        cache = EmbeddingCache(embedder, dim=dim)
+    if cache.dim != dim:
+        raise ValueError(f"{meta_file}: bank vectors have dim {dim} but the embedder gives {cache.dim}")
+
+    entries = [Entry.from_dict(d, where=f"{meta_file}: entries[{i}]") for i, d in enumerate(meta.get("entries", []))]
+    vectors = np.load(folder / "vectors.npy", allow_pickle=False)
+    seqs = np.load(folder / "seqs.npy", allow_pickle=False)
+    if vectors.shape != (len(entries), dim) or seqs.shape != (len(entries),):
+        raise ValueError(
+            f"{folder}: vectors.npy {vectors.shape} / seqs.npy {seqs.shape} do not match {len(entries)} entries of dim {dim}"
+        )
+    sizes = [s.get("size") for s in meta.get("segments", [])]
+    if sum(sizes) != len(entries):
+        raise ValueError(f"{meta_file}: field 'segments' covers {sum(sizes)} entries, the file holds {len(entries)}")
+
+    # Quoted memories (UPDATE/MERGE) are looked up by text; seeding the cache saves re-embedding them.
+    cache.put([e.text for e in entries], vectors)
+    bank = MemoryBank(cache=cache, compressor=compressor)
+    core = meta.get("core") or {}
+    bank.core = CoreBlock(
+        text=core.get("text", ""),
+        limit=core.get("limit", bank.core.limit),
+        compressor=compressor,
+        compress_target=core.get("compress_target", bank.core.compress_target),
+        events=[CoreEvent(**e) for e in core.get("events", [])],
+    )
+    chain, start = [], 0
+    for i, seg_meta in enumerate(meta.get("segments", [])):
+        end = start + seg_meta["size"]
+        graphs = {t: np.load(folder / name, allow_pickle=False) for t, name in seg_meta.get("graphs", {}).items()
+                  if t in MEMORY_TYPES}
+        chain.append(Segment(entries[start:end], vectors[start:end], seqs[start:end], graphs))
+        start = end
+    bank.store._chain = tuple(chain)
+    bank.store._next_seq = int(meta.get("next_seq", len(entries)))
+    bank._next_id = int(meta.get("next_id", len(entries)))
+    return bank

@@ -1,0 +1,204 @@
+"""A copy-on-write vector store of memory entries.
+
+Layout: a chain of immutable ``Segment``s shared between a store and its forks, plus a small
+mutable tail of the store's own writes. ``fork()`` seals the tail into the chain and hands the
+child the same chain, so forking a 100K-entry store copies nothing; the child's writes land in
+its own tail, invisible to the parent and to its siblings.
+
+Sealed segments are merged in the manner of a log-structured tree (two neighbours merge when the
+newer one is at least half the size of the older), so the chain stays O(log n) long and each
+entry is re-indexed O(log n) times in all.
+
+Ranking is by exact cosine similarity (vectors are L2-normalised), ties broken by insertion
+order, so the same entries give the same hits however the chain happens to be split.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+from membuilder.memory.embedding_cache import EmbeddingCache
+from membuilder.memory.entry import MEMORY_TYPES, Entry, Hit
+from membuilder.memory.segment import Segment, merge_segments, normalise_text
+
+SEAL_AT = 2_048  # tail size at which the tail is sealed into a segment even without a fork
+FUZZY_MIN = 0.9  # cosine above which a quoted memory that is not verbatim still names an entry
+
+
+class VectorStore:
+    def __init__(self, cache: EmbeddingCache):
+        self.cache = cache
+        self.dim = cache.dim
+        self._chain: tuple[Segment, ...] = ()
+        self._tail: list[Entry] = []
+        self._tail_vecs: list[np.ndarray] = []
+        self._tail_seqs: list[int] = []
+        self._tail_segment: Segment | None = None  # cached view of the tail, rebuilt after writes
+        self._next_seq = 0
+
+    # ---- writing -------------------------------------------------------------------------
+    def add(self, entries: Sequence[Entry], vectors: np.ndarray | None = None) -> None:
+        if not entries:
+            return
+        if vectors is None:
+            vectors = self.cache.embed([e.text for e in entries])
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if vectors.shape != (len(entries), self.dim):
+            raise ValueError(f"expected vectors of shape ({len(entries)}, {self.dim}), got {vectors.shape}")
+        for e, v in zip(entries, vectors):
+            if self.get(e.id) is not None:
+                raise ValueError(f"entry id {e.id!r} is already in the store")
+            self._tail.append(e)
+            self._tail_vecs.append(v)
+            self._tail_seqs.append(self._next_seq)
+            self._next_seq += 1
+        self._tail_segment = None
+        if len(self._tail) >= SEAL_AT:
+            self._seal()
+
+    def extend_sealed(self, entries: Sequence[Entry], vectors: np.ndarray) -> None:
+        """Bulk load: add many entries as one segment (one index build instead of many merges)."""
+        self._seal()
+        seqs = np.arange(self._next_seq, self._next_seq + len(entries), dtype=np.int64)
+        self._next_seq += len(entries)
+        self._push(Segment(entries, vectors, seqs))
+
+    def _seal(self) -> None:
+        if not self._tail:
+            return
+        seg = self._tail_view()
+        self._tail, self._tail_vecs, self._tail_seqs, self._tail_segment = [], [], [], None
+        self._push(seg)
+
+    def _push(self, seg: Segment) -> None:
+        chain = list(self._chain) + [seg]
+        while len(chain) >= 2 and 2 * len(chain[-1]) >= len(chain[-2]):
+            newer = chain.pop()
+            chain[-1] = merge_segments([chain[-1], newer])
+        self._chain = tuple(chain)
+
+    def fork(self) -> VectorStore:
+        self._seal()
+        child = VectorStore.__new__(VectorStore)
+        child.cache = self.cache
+        child.dim = self.dim
+        child._chain = self._chain
+        child._tail, child._tail_vecs, child._tail_seqs, child._tail_segment = [], [], [], None
+        child._next_seq = self._next_seq
+        return child
+
+    # ---- reading -------------------------------------------------------------------------
+    def _tail_view(self) -> Segment:
+        if self._tail_segment is None:
+            vecs = np.stack(self._tail_vecs) if self._tail_vecs else np.zeros((0, self.dim), np.float32)
+            self._tail_segment = Segment(self._tail, vecs, np.asarray(self._tail_seqs, dtype=np.int64))
+        return self._tail_segment
+
+    def segments(self) -> tuple[Segment, ...]:
+        """Every segment this store reads, oldest first (the tail last, when it has entries)."""
+        return self._chain + ((self._tail_view(),) if self._tail else ())
+
+    def __len__(self) -> int:
+        return sum(len(s) for s in self._chain) + len(self._tail)
+
+    def entries(self, types: Sequence[str] | None = None) -> Iterator[Entry]:
+        """All entries in insertion order."""
+        for seg in self.segments():
+            for e in seg.entries:
+                if types is None or e.type in types:
+                    yield e
+
+    def vectors(self) -> np.ndarray:
+        segs = self.segments()
+        return np.concatenate([s.vectors for s in segs]) if segs else np.zeros((0, self.dim), np.float32)
+
+    def get(self, entry_id: str) -> Entry | None:
+        for seg in reversed(self.segments()):
+            row = seg.by_id.get(entry_id)
+            if row is not None:
+                return seg.entries[row]
+        return None
+
+    def resolve(self, mtype: str, text: str) -> tuple[Entry | None, str]:
+        """Find the entry a model quoted: verbatim (ignoring case and spacing), else a near paraphrase.
+
+        Returns the entry (the newest one if several match) and how it was found:
+        "exact", "similar", or "missing".
+        """
+        key = (mtype, normalise_text(text))
+        for seg in reversed(self.segments()):
+            rows = seg.by_text.get(key)
+            if rows:
+                return seg.entries[rows[-1]], "exact"
+        if not text.strip():
+            return None, "missing"
+        hits = self.search(self.cache.embed([text]), k=1, types=(mtype,))[0]
+        if hits and hits[0].score >= FUZZY_MIN:
+            return hits[0].entry, "similar"
+        return None, "missing"
+
+    def search(self, query_vectors: np.ndarray, k: int = 10, types: Sequence[str] | None = None) -> list[list[Hit]]:
+        """Top-k hits for each query vector (rows of ``query_vectors``)."""
+        return search_stores([self] * len(query_vectors), query_vectors, k, types)
+
+
+def search_stores(
+    stores: Sequence[VectorStore],
+    query_vectors: np.ndarray,
+    k: int = 10,
+    types: Sequence[str] | None = None,
+) -> list[list[Hit]]:
+    """Search ``stores[i]`` with ``query_vectors[i]`` for every i, sharing work between forks.
+
+    Forks of one snapshot share its segments; a segment is searched once for each distinct query
+    over all the stores that read it. Scoring G candidate memories against the same questions
+    therefore costs one search of the shared snapshot plus G searches of small tails.
+    """
+    types = tuple(types) if types else MEMORY_TYPES
+    for t in types:
+        if t not in MEMORY_TYPES:
+            raise ValueError(f"unknown memory type {t!r}; expected some of {MEMORY_TYPES}")
+    q = np.ascontiguousarray(query_vectors, dtype=np.float32)
+    if q.ndim != 2 or len(q) != len(stores):
+        raise ValueError("search_stores: one query vector per store is required")
+    if k <= 0 or not len(q):
+        return [[] for _ in range(len(q))]
+
+    # Distinct query vectors, and for every segment the distinct queries that must search it.
+    qkeys: dict[bytes, int] = {}
+    qslot = [qkeys.setdefault(v.tobytes(), len(qkeys)) for v in q]
+    uniq = np.stack([q[qslot.index(s)] for s in range(len(qkeys))])
+    plan: dict[int, tuple[Segment, set[int]]] = {}
+    store_segments = [s.segments() for s in stores]
+    for i, segs in enumerate(store_segments):
+        for seg in segs:
+            plan.setdefault(id(seg), (seg, set()))[1].add(qslot[i])
+
+    found: dict[tuple[int, int], np.ndarray] = {}  # (segment id, query slot) -> candidate rows
+    for sid, (seg, slots) in plan.items():
+        order = sorted(slots)
+        rows = seg.candidates(uniq[order], k, types)
+        for slot, r in zip(order, rows):
+            found[(sid, slot)] = r
+
+    results = []
+    for i, segs in enumerate(store_segments):
+        qv = uniq[qslot[i]]
+        vecs, seqs, refs = [], [], []
+        for seg in segs:
+            rows = found[(id(seg), qslot[i])]
+            if len(rows):
+                vecs.append(seg.vectors[rows])
+                seqs.append(seg.seqs[rows])
+                refs.extend((seg, int(r)) for r in rows)
+        if not refs:
+            results.append([])
+            continue
+        # Row-wise products summed along the last axis: the same float32 value for an entry
+        # whichever segment holds it, so ties and near-ties rank the same after a save/load.
+        scores = (np.concatenate(vecs) * qv).sum(axis=1)
+        order = np.lexsort((np.concatenate(seqs), -scores))[:k]
+        results.append([Hit(refs[j][0].entries[refs[j][1]], float(scores[j])) for j in order])
+    return results
