@@ -1,0 +1,66 @@
+"""Shared plumbing of the benchmark readers: opening .json / .json.gz files and bad records.
+
+Every reader reports a malformed record through a ``Problems`` collector. By default the first
+problem raises ``BadRecordError`` naming file, record and field; with ``skip_bad=True`` the
+record is dropped, a warning is logged and counted, and the run goes on. Nothing is dropped
+silently: the count and the messages end up in the evaluation report.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("memgym.benchmarks")
+
+
+class BadRecordError(ValueError):
+    """A record of a benchmark file is malformed. The message names file, record and field."""
+
+
+@dataclass
+class Problems:
+    """Collects bad records while a file is read (see the module docstring)."""
+
+    skip_bad: bool = False
+    messages: list[str] = field(default_factory=list)
+
+    def bad(self, message: str) -> None:
+        if not self.skip_bad:
+            raise BadRecordError(message)
+        self.messages.append(message)
+        log.warning("skipped bad record: %s", message)
+
+    @property
+    def count(self) -> int:
+        return len(self.messages)
+
+
+def read_json(path: str | Path) -> Any:
+    """Parse a ``.json`` or ``.json.gz`` file; errors name the file."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file")
+    opener = gzip.open if path.name.endswith(".gz") else open
+    try:
+        with opener(path, "rt", encoding="utf-8") as fh:
+            return json.load(fh)
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError, EOFError) as exc:
+        raise BadRecordError(f"{path}: not a readable JSON file ({exc})") from exc
+
+
+def as_text(value: Any) -> str | None:
+    """Gold answers are sometimes integers in the files (LoCoMo, LongMemEval): score them as text."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, str):
+        return value
+    raise TypeError(f"expected text or a number, got {type(value).__name__}")
