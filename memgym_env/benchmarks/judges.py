@@ -1,0 +1,165 @@
+"""LLM-judge prompts and verdict parsing for the three benchmarks (our wording; the rules are
+the published ones, protocols §5).
+
+- LoCoMo "J": generous CORRECT/WRONG, returned as a JSON object ``{"label": ...}``. Category 5
+  items without a gold answer are judged on whether the answer declines.
+- LongMemEval: a yes/no question per item, with the per-type rules (temporal tolerates
+  off-by-one counts, knowledge-update accepts old information next to the new answer,
+  preference is graded against a rubric, abstention wants a refusal); correct iff "yes".
+- PerLTQA: CORRECT/WRONG against the reference answer, same JSON form as LoCoMo.
+
+A verdict that cannot be parsed is ``None``; the report counts it as wrong and says how many.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from memgym_env.conversation import QAItem
+
+_SYSTEM = "You are a careful, fair grader of answers to questions about a user's past conversations."
+
+_LABEL_REPLY = 'Reply with one JSON object and nothing else: {"label": "CORRECT"} or {"label": "WRONG"}.'
+_YES_NO_REPLY = "Reply with the single word yes or no."
+
+_LOCOMO = """Question: {question}
+Gold answer: {gold}
+Generated answer: {response}
+
+Is the generated answer CORRECT or WRONG? Be generous. It is CORRECT when it points to the same
+thing as the gold answer, even if it is longer, worded differently or adds detail. For questions
+about time, the same date or period in any format counts (for example "May 7th" and "7 May
+2023"), and so does a relative phrase that resolves to it. It is WRONG when it names something
+different, leaves out the key fact, or says it does not know.
+{reply}"""
+
+_LOCOMO_ADVERSARIAL = """Question: {question}
+This question cannot be answered from the conversation: it assumes something that was never
+said. A tempting but unsupported answer would be: "{adversarial}".
+Generated answer: {response}
+
+The generated answer is CORRECT when it says the information is not available, was not
+mentioned or cannot be determined. It is WRONG when it asserts an answer.
+{reply}"""
+
+_LME_PLAIN = """Below are a question, its correct answer and a model's response.
+Say yes if the response contains the correct answer, is equivalent to it, or gives all the
+intermediate steps that lead to it. Say no if the response gives a different answer or only part
+of the information the correct answer needs.{extra}
+
+Question: {question}
+Correct answer: {gold}
+Model response: {response}
+
+Does the response answer the question correctly? {reply}"""
+
+_LME_EXTRA = {
+    "temporal-reasoning": " Do not count an off-by-one difference in a number of days, weeks or months as"
+                          " an error (for example 18 days instead of 19).",
+    "knowledge-update": " If the response mentions older information together with the updated answer, it is"
+                        " correct as long as the updated answer matches the correct answer.",
+}
+
+_LME_PREFERENCE = """Below are a question, a rubric describing the personalised response the user would
+want, and a model's response.
+Say yes if the response satisfies the rubric. It does not need to cover every point of the rubric,
+but it must recall the user's personal information and use it correctly. Otherwise say no.
+
+Question: {question}
+Rubric: {gold}
+Model response: {response}
+
+Does the response satisfy the rubric? {reply}"""
+
+_LME_ABSTENTION = """Below are a question that cannot be answered from the user's conversation history, an
+explanation of why, and a model's response.
+Say yes if the response recognises that the question cannot be answered: for example it says the
+information is missing or incomplete, or that only related information was mentioned. Say no if
+it answers the question as if the information were known.
+
+Question: {question}
+Why it cannot be answered: {gold}
+Model response: {response}
+
+Does the response correctly decline? {reply}"""
+
+_PERLTQA = """Question about a person's memories: {question}
+Reference answer: {gold}
+Generated answer: {response}
+
+Is the generated answer CORRECT or WRONG? It is CORRECT when it states the key facts of the
+reference answer (the same people, events, places, dates or attributes), in any wording; extra
+detail is fine unless it contradicts the reference. It is WRONG when the key facts are missing,
+different, or the answer says it does not know.
+{reply}"""
+
+
+def judge_prompt(benchmark: str, item: QAItem, response: str) -> list[dict[str, str]]:
+    """The chat messages that ask a judge to grade ``response`` to ``item``."""
+    fields: dict[str, Any] = {"question": item.question, "gold": item.answer, "response": response.strip() or "(empty)"}
+    if benchmark == "locomo":
+        if item.answer is None:
+            text = _LOCOMO_ADVERSARIAL.format(adversarial=item.meta.get("adversarial_answer", ""), reply=_LABEL_REPLY, **fields)
+        else:
+            text = _LOCOMO.format(reply=_LABEL_REPLY, **fields)
+    elif benchmark == "longmemeval":
+        if item.meta.get("abstention"):
+            text = _LME_ABSTENTION.format(reply=_YES_NO_REPLY, **fields)
+        elif item.category == "single-session-preference":
+            text = _LME_PREFERENCE.format(reply=_YES_NO_REPLY, **fields)
+        else:
+            text = _LME_PLAIN.format(extra=_LME_EXTRA.get(str(item.category), ""), reply=_YES_NO_REPLY, **fields)
+    elif benchmark == "perltqa":
+        text = _PERLTQA.format(reply=_LABEL_REPLY, **fields)
+    else:
+        raise ValueError(f"no judge for benchmark {benchmark!r}")
+    return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": text}]
+
+
+_THINK = re.compile(r"<think>.*?(</think>|$)", re.S | re.I)
+_JSON_OBJECT = re.compile(r"\{[^{}]*\}")
+
+
+def parse_label(text: str) -> bool | None:
+    """CORRECT -> True, WRONG -> False, anything else -> None. Prefers a JSON ``label``."""
+    text = _THINK.sub("", text or "")
+    for blob in _JSON_OBJECT.findall(text):
+        try:
+            obj = json.loads(blob)
+        except json.JSONDecodeError:
+            continue
+        label = str(obj.get("label", "")).strip().upper() if isinstance(obj, dict) else ""
+        if label in ("CORRECT", "WRONG"):
+            return label == "CORRECT"
+    m = re.search(r"\b(CORRECT|WRONG|INCORRECT)\b", text, re.I)
+    return None if m is None else m.group(1).upper() == "CORRECT"
+
+
+def parse_yes_no(text: str) -> bool | None:
+    """The first standalone yes/no decides; None when there is neither."""
+    m = re.search(r"\b(yes|no)\b", _THINK.sub("", text or ""), re.I)
+    return None if m is None else m.group(1).lower() == "yes"
+
+
+def parse_verdict(benchmark: str, text: str) -> bool | None:
+    return parse_yes_no(text) if benchmark == "longmemeval" else parse_label(text)
+
+
+@dataclass
+class Verdict:
+    correct: bool | None  # None: the judge's output could not be parsed (counted as wrong)
+    raw: str
+
+
+def judge_batch(judge, benchmark: str, items: list[QAItem], responses: list[str], max_new_tokens: int = 24) -> list[Verdict]:
+    """Grade many answers with one batched ``generate`` call of a ``ChatModel``."""
+    from membuilder.llm.base import Sampling
+
+    if not items:
+        return []
+    prompts = [judge_prompt(benchmark, it, r) for it, r in zip(items, responses)]
+    outs = judge.generate(prompts, Sampling(temperature=0.0, max_new_tokens=max_new_tokens))
+    return [Verdict(parse_verdict(benchmark, o.text), o.text) for o in outs]

@@ -1,0 +1,169 @@
+"""Aggregate per-item results into the numbers a benchmark publishes, and render them.
+
+- LoCoMo: per category (the file's numbering, printed with its names in every report) judge
+  accuracy "J" and token F1; the headline is categories 1-4 together; category 5 (adversarial)
+  is reported apart.
+- LongMemEval: accuracy per question type, overall, task-averaged (mean of the per-type
+  accuracies) and on the abstention (``_abs``) questions.
+- PerLTQA: per memory kind, judge accuracy, retrieval recall@k and anchor coverage.
+
+An item whose judge verdict could not be parsed counts as wrong; the count is shown.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from .locomo import HEADLINE_CATEGORIES, LOCOMO_CATEGORIES
+from .longmemeval import LONGMEMEVAL_TYPES
+
+Record = dict[str, Any]
+
+
+def _mean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def _group(records: list[Record]) -> dict[str, Any]:
+    """count, judge accuracy (None verdict = wrong), and the mean of every optional metric."""
+    out: dict[str, Any] = {
+        "count": len(records),
+        "judged": sum(1 for r in records if "correct" in r),
+        "accuracy": _mean([1.0 if r.get("correct") else 0.0 for r in records if "correct" in r]),
+        "unparsed_verdicts": sum(1 for r in records if "correct" in r and r["correct"] is None),
+    }
+    for metric in ("f1", "recall_at_k", "anchor_coverage", "anchor_coverage_context", "evidence_retrieved"):
+        vals = [float(r[metric]) for r in records if r.get(metric) is not None]
+        if vals:
+            out[metric] = sum(vals) / len(vals)
+    diag = [r["diagnosis"] for r in records if r.get("diagnosis")]
+    if diag:
+        out["diagnosis"] = {k: diag.count(k) / len(records) for k in ("correct", "write", "read", "answer")}
+    return out
+
+
+def summarize(benchmark: str, records: list[Record]) -> dict[str, Any]:
+    by_cat: dict[Any, list[Record]] = defaultdict(list)
+    for r in records:
+        by_cat[r["category"]].append(r)
+    if benchmark == "locomo":
+        cats = {str(c): {"name": LOCOMO_CATEGORIES[c], **_group(by_cat[c])} for c in sorted(by_cat)}
+        return {
+            "benchmark": benchmark,
+            "category_mapping": {str(k): v for k, v in LOCOMO_CATEGORIES.items()},
+            "headline": {"categories": list(HEADLINE_CATEGORIES),
+                         **_group([r for r in records if r["category"] in HEADLINE_CATEGORIES])},
+            "adversarial": _group(by_cat[5]) if 5 in by_cat else None,
+            "categories": cats,
+        }
+    if benchmark == "longmemeval":
+        types = {t: _group(by_cat[t]) for t in LONGMEMEVAL_TYPES if t in by_cat}
+        accs = [g["accuracy"] for g in types.values() if g["accuracy"] is not None]
+        return {
+            "benchmark": benchmark,
+            "overall": _group(records),
+            "task_averaged_accuracy": sum(accs) / len(accs) if accs else None,
+            "abstention": _group([r for r in records if r.get("abstention")]),
+            "categories": types,
+        }
+    if benchmark == "perltqa":
+        return {"benchmark": benchmark, "overall": _group(records),
+                "categories": {str(c): _group(v) for c, v in sorted(by_cat.items(), key=lambda kv: str(kv[0]))}}
+    raise ValueError(f"unknown benchmark {benchmark!r}")
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.2f}"
+
+
+def table_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the per-category table (also the headline lines)."""
+    metrics = [m for m in ("f1", "recall_at_k", "anchor_coverage", "evidence_retrieved")
+               if any(m in g for g in summary["categories"].values())]
+    header = ["category", "n", "judge acc %", *[f"{m} %" for m in metrics], "unparsed"]
+
+    def row(label: str, g: dict[str, Any]) -> list[str]:
+        return [label, str(g["count"]), _pct(g["accuracy"]), *[_pct(g.get(m)) for m in metrics], str(g["unparsed_verdicts"])]
+
+    rows = []
+    for key, g in summary["categories"].items():
+        label = f"{key} {g['name']}" if "name" in g else key
+        rows.append(row(label, g))
+    if summary["benchmark"] == "locomo":
+        rows.append(row("headline (1-4)", summary["headline"]))
+        if summary["adversarial"]:
+            rows.append(row("5 adversarial (apart)", summary["adversarial"]))
+    else:
+        rows.append(row("overall", summary["overall"]))
+        if summary["benchmark"] == "longmemeval":
+            rows.append(row("abstention (_abs)", summary["abstention"]))
+            rows.append(["task-averaged", "", _pct(summary["task_averaged_accuracy"]), *[""] * (len(header) - 3)])
+    return header, rows
+
+
+def markdown(summary: dict[str, Any], run: dict[str, Any] | None = None) -> str:
+    header, rows = table_rows(summary)
+    lines = [f"# {summary['benchmark']} results", ""]
+    if run:
+        for key in ("system", "model", "answerer", "judge", "embedder", "data", "seed"):
+            if run.get(key) is not None:
+                lines.append(f"- {key}: `{run[key]}`")
+        lines.append("")
+    if summary["benchmark"] == "locomo":
+        mapping = ", ".join(f"{k} = {v}" for k, v in summary["category_mapping"].items())
+        lines += [f"Category numbers as in `locomo10.json`: {mapping}. Headline = categories 1-4; "
+                  "category 5 is reported apart.", ""]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    diag = summary.get("overall", summary.get("headline", {})).get("diagnosis")
+    if diag:
+        lines += ["", "Where answers fail (share of items): " + ", ".join(f"{k} {_pct(v)}%" for k, v in diag.items())]
+    return "\n".join(lines) + "\n"
+
+
+def print_table(summary: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    header, rows = table_rows(summary)
+    table = Table(title=f"{summary['benchmark']} results")
+    for h in header:
+        table.add_column(h, justify="left" if h == "category" else "right")
+    for r in rows:
+        table.add_row(*r)
+    console = Console()
+    if summary["benchmark"] == "locomo":
+        console.print("LoCoMo categories: " + ", ".join(f"{k} {v}" for k, v in summary["category_mapping"].items()))
+    console.print(table)
+
+
+def plot(summary: dict[str, Any], path: str | Path) -> Path:
+    """Bar chart of judge accuracy (and F1 / recall where present) per category."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cats = summary["categories"]
+    labels = [f"{k}\n{g['name']}" if "name" in g else k for k, g in cats.items()]
+    series = [("judge acc", [g["accuracy"] or 0.0 for g in cats.values()])]
+    for metric in ("f1", "recall_at_k"):
+        if any(metric in g for g in cats.values()):
+            series.append((metric, [g.get(metric) or 0.0 for g in cats.values()]))
+    fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(labels)), 3.6))
+    width = 0.8 / len(series)
+    for i, (name, vals) in enumerate(series):
+        ax.bar([x + i * width for x in range(len(labels))], [100 * v for v in vals], width, label=name)
+    ax.set_xticks([x + width * (len(series) - 1) / 2 for x in range(len(labels))], labels, fontsize=8)
+    ax.set_ylabel("%")
+    ax.set_ylim(0, 100)
+    ax.set_title(f"{summary['benchmark']}: per category (n = " + ", ".join(str(g["count"]) for g in cats.values()) + ")")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
