@@ -1,0 +1,93 @@
+"""SmolLM2-135M-Instruct through the transformers backend, offline, on the CPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from membuilder.llm import Sampling, with_purpose
+from tests.llm_models import smollm2
+
+pytestmark = pytest.mark.slow
+
+SHORT = Sampling(max_new_tokens=12)
+
+
+def ask(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return smollm2()
+
+
+def test_chat_reply_is_nonempty_text_with_token_counts(model):
+    (reply,) = model.generate([ask("Say hello in one short sentence.")], SHORT)
+    assert reply.text.strip()
+    assert reply.completion_tokens == len(reply.token_ids) > 0
+    assert reply.prompt_tokens > 5
+    assert reply.finish_reason in ("stop", "length")
+    assert reply.latency_s > 0
+
+
+def test_greedy_twice_gives_the_same_text(model):
+    conv = [ask("Name a colour.")]
+    assert model.generate(conv, SHORT)[0].text == model.generate(conv, SHORT)[0].text
+
+
+def test_batch_of_eight_equals_eight_single_calls(model):
+    convs = [ask(f"What is {i} plus {i}?") for i in range(8)]
+    batched = [c.text for c in model.generate(convs, SHORT)]
+    singles = [model.generate([c], SHORT)[0].text for c in convs]
+    assert batched == singles
+
+
+def test_choice_logprobs_prefers_the_obvious_answer(model):
+    conv = ask("What is the capital of France? Reply with the city name only.")
+    scores = model.choice_logprobs(conv, ["Paris", "Banana", "Tokyo"])
+    assert len(scores) == 3 and all(s < 0 for s in scores)
+    assert scores.index(max(scores)) == 0
+
+
+def test_seeded_sampling_repeats_and_n_is_conversation_major(model):
+    sampling = Sampling(temperature=0.9, top_p=0.95, max_new_tokens=8, n=2, seed=7)
+    convs = [ask("Tell me a word."), ask("Name an animal.")]
+    first = model.generate(convs, sampling)
+    second = model.generate(convs, sampling)
+    assert len(first) == 4
+    assert [c.text for c in first] == [c.text for c in second]
+    assert first[0].prompt_tokens == first[1].prompt_tokens  # samples 0 and 1 share conversation 0
+
+
+def test_max_new_tokens_bounds_the_reply_and_sets_length(model):
+    (reply,) = model.generate([ask("Write a long story about a dragon.")], Sampling(max_new_tokens=3))
+    assert reply.completion_tokens == 3 and reply.finish_reason == "length"
+
+
+def test_stop_string_cuts_the_text(model):
+    (reply,) = model.generate([ask("Count from 1 to 10 separated by commas.")],
+                              Sampling(max_new_tokens=24, stop=["5"]))
+    assert "5" not in reply.text and reply.finish_reason == "stop"
+
+
+def test_usage_is_booked_per_purpose(model):
+    judge = with_purpose(model, "judge")
+    before = model.usage.calls
+    judge.generate([ask("Yes or no?")], Sampling(max_new_tokens=2))
+    assert judge.usage.calls >= 1 and judge.usage.completion_tokens >= 1
+    assert model.usage.calls == before + 1
+    assert "judge" in model.ledger.to_dict()["by_purpose"]
+
+
+def test_count_tokens(model):
+    assert model.count_tokens("") == 0
+    assert 1 <= model.count_tokens("hello world") <= 4
+
+
+def test_bad_conversations_raise_errors_that_name_the_item(model):
+    with pytest.raises(ValueError, match="conversation 1, message 0"):
+        model.generate([ask("hi"), [{"role": "user"}]], SHORT)
+    with pytest.raises(TypeError, match="list of conversations"):
+        model.generate("hello", SHORT)
+    with pytest.raises(ValueError, match="sampling.n"):
+        model.generate([ask("hi")], Sampling(n=0))
