@@ -50,6 +50,7 @@ class VariableSpec:
             values={v.name: v.text for v in self.values.values()},
             steps={v.name: list(v.steps) for v in self.values.values() if v.steps},
             context=self.context,
+            ask=self.ask,
         )
 
 

@@ -115,6 +115,7 @@ class _Reader:
             values=self.str_map(self.get(v, "values", (dict,), where, required=False) or {}, where, "values"),
             steps={k: list(s) for k, s in (self.get(v, "steps", (dict,), where, required=False) or {}).items()},
             context=self.get(v, "context", (str,), where, required=False),
+            ask=self.get(v, "ask", (str,), where, required=False),
         )
 
     def period(self, data: Any, i: int) -> Period:
@@ -200,6 +201,8 @@ def _info_to_dict(info: VariableInfo) -> dict[str, Any]:
         out["steps"] = {k: list(v) for k, v in info.steps.items()}
     if info.context is not None:
         out["context"] = info.context
+    if info.ask is not None:
+        out["ask"] = info.ask
     return out
 
 

@@ -66,7 +66,8 @@ def _info(spec: VariableSpec, values: list[str]) -> VariableInfo:
     full = spec.info()
     return VariableInfo(title=full.title, domain=full.domain, kind=full.kind,
                         values={v: full.values[v] for v in values},
-                        steps={v: full.steps[v] for v in values if v in full.steps}, context=full.context)
+                        steps={v: full.steps[v] for v in values if v in full.steps}, context=full.context,
+                        ask=full.ask)
 
 
 def _messages(cat: Catalog, query: str, event_phrase: str | None, rounds: int, rng: random.Random) -> list[Turn]:

@@ -59,6 +59,10 @@ class VariableInfo:
     values: dict[str, str] = field(default_factory=dict)  # raw value -> "pour-over with a gooseneck kettle"
     steps: dict[str, list[str]] = field(default_factory=dict)  # routine value -> its steps
     context: str | None = None  # routines: when the routine applies
+    ask: str | None = None  # a first-person question about the variable ("How do I make my coffee?")
+
+    def question(self) -> str:
+        return self.ask or f"What is my {self.title.lower()} now?"
 
     def text(self, value: str | None) -> str:
         if value is None:
