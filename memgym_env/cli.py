@@ -16,6 +16,7 @@ import sys
 COMMANDS: dict[str, str] = {
     "demo": "demo",
     "serve": "serve",
+    "world": "world",
 }
 
 
