@@ -15,6 +15,7 @@ import sys
 # name -> module under memgym_env.commands; one line each, in the order `memgym --help` lists them.
 COMMANDS: dict[str, str] = {
     "demo": "demo",
+    "eval": "eval",
     "serve": "serve",
     "world": "world",
 }

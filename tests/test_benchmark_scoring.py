@@ -82,12 +82,16 @@ def test_judge_label_parsing():
     assert parse_label("<think>maybe CORRECT</think> The answer is WRONG.") is False
     assert parse_label("INCORRECT") is False
     assert parse_label("I cannot tell") is None
+    # an echo of the instructions names both labels: no decision
+    assert parse_label("The generated answer is CORRECT when it points to the same thing, and it is WRONG") is None
 
 
 def test_yes_no_parsing():
     assert parse_yes_no("Yes.") is True
     assert parse_yes_no("no, the response says 3") is False
     assert parse_yes_no("not sure") is None  # 'not' is not 'no'
+    assert parse_yes_no("The response says yes to one part and no to another") is None
+    assert parse_yes_no("I think yes") is True
 
 
 def test_locomo_adversarial_item_without_gold_is_judged_on_declining():

@@ -134,14 +134,21 @@ def parse_label(text: str) -> bool | None:
         label = str(obj.get("label", "")).strip().upper() if isinstance(obj, dict) else ""
         if label in ("CORRECT", "WRONG"):
             return label == "CORRECT"
-    m = re.search(r"\b(CORRECT|WRONG|INCORRECT)\b", text, re.I)
-    return None if m is None else m.group(1).upper() == "CORRECT"
+    # Without JSON, a bare label counts only if it is the only kind present: a judge that echoes
+    # the instructions ("... is CORRECT when ... WRONG when ...") has not decided anything.
+    found = {w.upper() for w in re.findall(r"\b(CORRECT|WRONG|INCORRECT)\b", text, re.I)}
+    found = {"WRONG" if w == "INCORRECT" else w for w in found}
+    return (found == {"CORRECT"}) if len(found) == 1 else None
 
 
 def parse_yes_no(text: str) -> bool | None:
-    """The first standalone yes/no decides; None when there is neither."""
-    m = re.search(r"\b(yes|no)\b", _THINK.sub("", text or ""), re.I)
-    return None if m is None else m.group(1).lower() == "yes"
+    """A reply that starts with yes/no, else the only one of the two it contains; None otherwise."""
+    text = _THINK.sub("", text or "").strip()
+    first = re.match(r"\W*(yes|no)\b", text, re.I)
+    if first:
+        return first.group(1).lower() == "yes"
+    found = {w.lower() for w in re.findall(r"\b(yes|no)\b", text, re.I)}
+    return (found == {"yes"}) if len(found) == 1 else None
 
 
 def parse_verdict(benchmark: str, text: str) -> bool | None:
@@ -161,5 +168,5 @@ def judge_batch(judge, benchmark: str, items: list[QAItem], responses: list[str]
     if not items:
         return []
     prompts = [judge_prompt(benchmark, it, r) for it, r in zip(items, responses)]
-    outs = judge.generate(prompts, Sampling(temperature=0.0, max_new_tokens=max_new_tokens))
+    outs = judge.generate(prompts, Sampling(temperature=0.0, max_new_tokens=max_new_tokens, stop=["\n\n"]))
     return [Verdict(parse_verdict(benchmark, o.text), o.text) for o in outs]

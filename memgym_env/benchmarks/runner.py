@@ -1,0 +1,288 @@
+"""The evaluation runner behind ``memgym eval``: build memory, answer, judge, score, report.
+
+For each conversation with questions still to do: the system builds (or reloads) its memory
+under ``<out>/memory/<conversation>``; the answerer answers the questions in batches from the
+system's context; the judge grades the answers in batches; each finished item is appended to
+``<out>/items.jsonl`` at once. A rerun with the same configuration skips what is done, so an
+interrupted run resumes where it stopped; a rerun with a different configuration is refused
+(it would mix numbers). At the end: ``results.json`` (run facts, summary, every item),
+``report.md`` (per-category table with counts) and ``plot.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import re
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from memgym_env.conversation import Conversation, QAItem
+
+from . import load_benchmark
+from .answering import answer_prompt
+from .judges import judge_batch
+from .locomo import LOCOMO_CATEGORIES
+from .locomo_f1 import locomo_f1
+from .report import markdown, plot, print_table, summarize
+from .retrieval_metrics import anchor_coverage, recall_at_k
+from .systems import SYSTEMS, Context, FullContext, MemBuilder, OracleEvidence, Rag, membuilder_session_builder
+
+
+@dataclass
+class EvalConfig:
+    benchmark: str = field(metadata={"help": "locomo | longmemeval | perltqa"})
+    data: str = field(metadata={"help": "benchmark file (.json or .json.gz); PerLTQA: the memory file"})
+    out: str = field(metadata={"help": "output folder (results, memory, report); reused to resume"})
+    system: str = field(default="rag", metadata={"help": "membuilder | rag | full-context | oracle-evidence"})
+    model: str = field(default="smollm2-135m", metadata={"help": "memory constructor model (membuilder system)"})
+    answerer: str = field(default="smollm2-135m", metadata={"help": "answer model"})
+    judge: str = field(default="smollm2-135m", metadata={"help": "judge model"})
+    embedder: str = field(default="minilm", metadata={"help": "sentence embedder (rag, membuilder)"})
+    qa_data: str | None = field(default=None, metadata={"help": "PerLTQA QA file (default: next to --data)"})
+    limit: int | None = field(default=None, metadata={"help": "evaluate only the first N questions"})
+    skip_bad: bool = field(default=False, metadata={"help": "skip malformed records with a counted warning"})
+    seed: int = field(default=0, metadata={"help": "sampling seed"})
+    batch_size: int = field(default=8, metadata={"help": "questions per generate call (bounds concurrent remote requests)"})
+    answer_k: int = field(default=10, metadata={"help": "entries retrieved for answering (membuilder)"})
+    rag_k: int = field(default=5, metadata={"help": "raw chunks retrieved (rag)"})
+    recall_k: int = field(default=10, metadata={"help": "k of the retrieval recall@k metric"})
+    context_tokens: int = field(default=6000, metadata={"help": "history budget of full-context, in answerer tokens"})
+    answer_max_tokens: int = field(default=64, metadata={"help": "new tokens per answer"})
+    judge_max_tokens: int = field(default=24, metadata={"help": "new tokens per verdict"})
+
+    # Fields that change the numbers: a rerun must agree on all of them to reuse results.
+    def fingerprint(self) -> dict[str, Any]:
+        d = asdict(self)
+        for k in ("out", "limit", "skip_bad", "batch_size"):
+            d.pop(k)
+        d["data"] = str(Path(self.data).resolve())
+        d["qa_data"] = str(Path(self.qa_data).resolve()) if self.qa_data else None
+        return d
+
+
+def load_model(spec: str):
+    """A ``ChatModel`` from a short name, a checkpoint path or an endpoint spec (membuilder's registry)."""
+    import membuilder.llm as llm
+
+    if hasattr(llm, "load_chat_model"):
+        return llm.load_chat_model(spec)
+    # Until the registry lands: the local transformers backend, with the packaged SmolLM2 by name.
+    from membuilder.llm.transformers_backend import TransformersChatModel
+
+    if spec.lower() in ("smollm2-135m", "smollm2"):
+        from membuilder.llm.checkpoints import smollm2_checkpoint
+
+        return TransformersChatModel(smollm2_checkpoint(), name=spec)
+    return TransformersChatModel(spec)
+
+
+def load_embedder(spec: str):
+    from membuilder.llm.embedders import SentenceTransformerEmbedder
+
+    return SentenceTransformerEmbedder(spec)
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": sys.version.split()[0], "platform": platform.platform()}
+    for pkg in ("memgym", "torch", "transformers", "sentence-transformers", "nltk", "faiss-cpu", "vllm", "openai"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)[:100]
+
+
+class _Stage:
+    """Wall time and token use of one stage (build, answer, judge), summed over a run."""
+
+    def __init__(self, totals: dict[str, dict[str, float]], name: str, model=None):
+        self.t, self.name, self.model = totals.setdefault(name, {"wall_s": 0.0, "prompt_tokens": 0, "completion_tokens": 0}), name, model
+
+    def __enter__(self):
+        self.start = time.perf_counter()
+        u = getattr(self.model, "usage", None)
+        self.before = (u.prompt_tokens, u.completion_tokens) if u else (0, 0)
+        return self
+
+    def __exit__(self, *exc):
+        self.t["wall_s"] += time.perf_counter() - self.start
+        u = getattr(self.model, "usage", None)
+        if u:
+            self.t["prompt_tokens"] += u.prompt_tokens - self.before[0]
+            self.t["completion_tokens"] += u.completion_tokens - self.before[1]
+
+
+def make_system(cfg: EvalConfig, models: dict[str, Any]):
+    if cfg.system == "full-context":
+        return FullContext(models["answerer"].count_tokens, cfg.context_tokens)
+    if cfg.system == "oracle-evidence":
+        return OracleEvidence()
+    if cfg.system == "rag":
+        return Rag(models["embedder"], k=cfg.rag_k)
+    if cfg.system == "membuilder":
+        return MemBuilder(membuilder_session_builder(models["model"]), models["embedder"], k=cfg.answer_k)
+    raise ValueError(f"unknown system {cfg.system!r}; expected one of {', '.join(SYSTEMS)}")
+
+
+def _record(cfg: EvalConfig, conv: Conversation, item: QAItem, ctx: Context, answer: str, verdict) -> dict[str, Any]:
+    r: dict[str, Any] = {
+        "conversation": conv.id, "id": item.id, "category": item.category, "question": item.question,
+        "gold": item.answer, "answer": answer, "correct": verdict.correct, "judge_output": verdict.raw,
+        "evidence": item.evidence, "retrieved_ids": ctx.entry_ids,
+        "evidence_retrieved": ctx.read, "written": ctx.written,
+    }
+    if cfg.benchmark == "locomo":
+        r["category_name"] = LOCOMO_CATEGORIES[item.category]
+        r["f1"] = locomo_f1(answer, item.answer, item.category)
+        if "adversarial_answer" in item.meta:
+            r["adversarial_answer"] = item.meta["adversarial_answer"]
+    if cfg.benchmark == "longmemeval":
+        r["abstention"] = bool(item.meta.get("abstention"))
+    if ctx.entry_ids:  # only systems that retrieve have a recall
+        r["recall_at_k"] = recall_at_k(ctx.hits, item.evidence, cfg.recall_k)
+    if cfg.benchmark == "perltqa":
+        r["anchor_coverage"] = anchor_coverage(answer, item.meta.get("anchors", []))
+        r["anchor_coverage_context"] = anchor_coverage(ctx.memory, item.meta.get("anchors", []))
+    if verdict.correct:
+        r["diagnosis"] = "correct"
+    elif ctx.written is not None:
+        r["diagnosis"] = "write" if not ctx.written else "read" if not ctx.read else "answer"
+    return r
+
+
+def _check_resume(out: Path, cfg: EvalConfig) -> dict[str, Any]:
+    run_path = out / "run.json"
+    if not run_path.exists():
+        return {"config": cfg.fingerprint(), "invocations": []}
+    run = json.loads(run_path.read_text(encoding="utf-8"))
+    old, new = run.get("config", {}), cfg.fingerprint()
+    diff = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    if diff:
+        raise ValueError(f"{out} holds results of another configuration (differs in: {', '.join(diff)}); "
+                         "use a new --out folder")
+    return run
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
+    tmp.replace(path)
+
+
+def evaluate(cfg: EvalConfig, models: dict[str, Any] | None = None, quiet: bool = False) -> dict[str, Any]:
+    """Run (or resume) an evaluation; returns the summary. ``models`` may pass ready objects
+    under 'model', 'answerer', 'judge', 'embedder' (the training callback does)."""
+    from tqdm import tqdm
+
+    started = time.perf_counter()
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    run = _check_resume(out, cfg)
+    convs, problems = load_benchmark(cfg.benchmark, cfg.data, cfg.qa_data, cfg.skip_bad)
+    selected: list[tuple[Conversation, QAItem]] = [(c, q) for c in convs for q in c.qa][: cfg.limit]
+    items_path = out / "items.jsonl"
+    done: dict[str, dict[str, Any]] = {}
+    if items_path.exists():
+        for line in items_path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                rec = json.loads(line)
+                done[rec["id"]] = rec
+    pending: dict[str, list[QAItem]] = {}
+    by_id = {c.id: c for c in convs}
+    for c, q in selected:
+        if q.id not in done:
+            pending.setdefault(c.id, []).append(q)
+    n_pending = sum(len(v) for v in pending.values())
+    stages: dict[str, dict[str, float]] = {}
+    models = dict(models or {})
+    if n_pending:
+        _load_models(cfg, models, stages)
+        system = make_system(cfg, models)
+        bar = tqdm(total=n_pending, desc=f"{cfg.benchmark}/{cfg.system}", disable=quiet, unit="q")
+        with items_path.open("a", encoding="utf-8") as sink:
+            for conv_id, items in pending.items():
+                conv = by_id[conv_id]
+                with _Stage(stages, "build", models.get("model")):
+                    system.build(conv, out / "memory" / _safe(conv_id))
+                for i in range(0, len(items), cfg.batch_size):
+                    batch = items[i:i + cfg.batch_size]
+                    contexts = system.contexts(conv, batch)
+                    with _Stage(stages, "answer", models["answerer"]):
+                        answers = _answer(cfg, models["answerer"], conv, batch, contexts)
+                    with _Stage(stages, "judge", models["judge"]):
+                        verdicts = judge_batch(models["judge"], cfg.benchmark, batch, answers, cfg.judge_max_tokens)
+                    for item, ctx, ans, v in zip(batch, contexts, answers, verdicts):
+                        rec = _record(cfg, conv, item, ctx, ans, v)
+                        done[item.id] = rec
+                        sink.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                    sink.flush()
+                    bar.update(len(batch))
+        bar.close()
+    records = [done[q.id] for _, q in selected]
+    summary = summarize(cfg.benchmark, records)
+    run["invocations"].append({"time": time.strftime("%Y-%m-%d %H:%M:%S"), "items_computed": n_pending,
+                               "items_reused": len(records) - n_pending, "stages": stages,
+                               "wall_s": round(time.perf_counter() - started, 3),
+                               "usage": {k: _usage(m) for k, m in models.items() if k != "embedder"}})
+    run.update(versions=_versions(), skipped_records=problems.count, skipped_messages=problems.messages[:50],
+               limit=cfg.limit, questions=len(records))
+    _write_json(out / "run.json", run)
+    meta = {**cfg.fingerprint(), "limit": cfg.limit}
+    _write_json(out / "results.json", {"run": run, "summary": summary, "items": records})
+    (out / "report.md").write_text(markdown(summary, meta) + _report_footer(run), encoding="utf-8")
+    plot(summary, out / "plot.png")
+    if not quiet:
+        print_table(summary)
+        print(f"wrote {out / 'results.json'}, {out / 'report.md'}, {out / 'plot.png'}")
+    return summary
+
+
+def _load_models(cfg: EvalConfig, models: dict[str, Any], stages: dict[str, dict[str, float]]) -> None:
+    """Load what the system needs; one object per distinct spec, so shared roles share weights."""
+    t0 = time.perf_counter()
+    by_spec: dict[str, Any] = {}
+    roles = ["answerer", "judge"] + (["model"] if cfg.system == "membuilder" else [])
+    for role in roles:
+        if role not in models:
+            spec = getattr(cfg, role)
+            if spec not in by_spec:
+                by_spec[spec] = load_model(spec)
+            models[role] = by_spec[spec]
+    if cfg.system in ("rag", "membuilder") and "embedder" not in models:
+        models["embedder"] = load_embedder(cfg.embedder)
+    stages.setdefault("load", {"wall_s": 0.0})["wall_s"] += time.perf_counter() - t0
+
+
+def _answer(cfg: EvalConfig, answerer, conv: Conversation, items: list[QAItem], contexts: list[Context]) -> list[str]:
+    from membuilder.llm.base import Sampling
+
+    prompts = [answer_prompt(ctx.memory, conv, it) for it, ctx in zip(items, contexts)]
+    outs = answerer.generate(prompts, Sampling(temperature=0.0, max_new_tokens=cfg.answer_max_tokens, seed=cfg.seed,
+                                               stop=["\n\n", "\nQuestion:"]))
+    return [o.text.strip() for o in outs]
+
+
+def _usage(model) -> dict[str, Any] | None:
+    u = getattr(model, "usage", None)
+    return u.to_dict() if hasattr(u, "to_dict") else None
+
+
+def _report_footer(run: dict[str, Any]) -> str:
+    last = run["invocations"][-1]
+    lines = ["", "## Run", "", f"- questions: {run['questions']} (computed now {last['items_computed']}, "
+             f"reused {last['items_reused']}); skipped bad records: {run['skipped_records']}"]
+    for name, st in last["stages"].items():
+        toks = f", {int(st.get('prompt_tokens', 0))} prompt + {int(st.get('completion_tokens', 0))} completion tokens" \
+            if "prompt_tokens" in st else ""
+        lines.append(f"- stage {name}: {st['wall_s']:.1f} s{toks}")
+    lines.append("- versions: " + ", ".join(f"{k} {v}" for k, v in run["versions"].items()))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,130 @@
+"""The evaluation runner, its memory systems and the ``memgym eval`` command, on the real samples.
+
+The end-to-end tests use the packaged SmolLM2-135M as answerer and judge (marked slow) and the
+packaged all-MiniLM embedder; nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from memgym_env.benchmarks import read_locomo, read_longmemeval, read_perltqa
+from memgym_env.benchmarks.runner import EvalConfig, evaluate, load_embedder, load_model
+from memgym_env.benchmarks.systems import FullContext, OracleEvidence, Rag
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+LOCOMO = DATA / "locomo" / "locomo10_conv-26.json"
+LME_ORACLE = DATA / "longmemeval" / "longmemeval_oracle_sample.json"
+PERL_MEM = DATA / "perltqa" / "perltmem_en_v2_wang_xiaoming.json"
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    return load_embedder("minilm")
+
+
+@pytest.fixture(scope="module")
+def smollm():
+    return load_model("smollm2-135m")
+
+
+def test_rag_finds_the_evidence_turn_for_most_single_hop_questions(embedder, tmp_path):
+    [conv] = read_locomo(LOCOMO)
+    rag = Rag(embedder, k=5)
+    assert rag.build(conv, tmp_path)["reused"] is False
+    items = [q for q in conv.qa if q.category == 4][:30]
+    contexts = rag.contexts(conv, items)
+    found = [c.read for c in contexts]
+    assert all(len(c.entry_ids) == 5 for c in contexts)
+    assert sum(found) / len(found) >= 0.3  # measured 0.6 with all-MiniLM; far above chance (5 of 210 chunks)
+    assert Rag(embedder).build(conv, tmp_path)["reused"] is True  # saved chunks and vectors are reused
+
+
+def test_full_context_keeps_the_newest_sessions_within_budget():
+    [conv] = read_locomo(LOCOMO)
+    ctx = FullContext(max_tokens=2000).contexts(conv, conv.qa[:1])[0]
+    assert "[session_19, 9:55 am on 22 October, 2023]" in ctx.memory
+    assert "[session_1," not in ctx.memory
+    assert len(ctx.memory) // 4 <= 2000 + 50
+    assert ctx.read is False  # the first question's evidence (D1:3) was trimmed away
+
+
+def test_oracle_evidence_shows_exactly_the_evidence_turns():
+    [conv] = read_locomo(LOCOMO)
+    ctx = OracleEvidence().contexts(conv, [conv.qa[0]])[0]
+    assert "LGBTQ support group yesterday" in ctx.memory and "8 May, 2023" in ctx.memory
+    assert ctx.hits == [["D1:3"]]
+    lme = next(c for c in read_longmemeval(LME_ORACLE) if c.id == "88432d0a_abs")
+    abs_ctx = OracleEvidence().contexts(lme, lme.qa)[0]
+    assert abs_ctx.written is None and "Relevant conversation excerpts" in abs_ctx.memory
+    [perl] = read_perltqa(PERL_MEM)
+    q = next(q for q in perl.qa if q.category == "events")
+    assert "Grand Canyon" in OracleEvidence().contexts(perl, [q])[0].memory
+
+
+def test_rerun_with_another_configuration_is_refused(tmp_path):
+    (tmp_path / "run.json").write_text(json.dumps({"config": {"system": "rag"}, "invocations": []}))
+    cfg = EvalConfig(benchmark="locomo", data=str(LOCOMO), out=str(tmp_path), system="oracle-evidence")
+    with pytest.raises(ValueError, match="another configuration .*system"):
+        evaluate(cfg, quiet=True)
+
+
+def test_eval_command_arguments():
+    from memgym_env.commands import eval as eval_cmd
+
+    parser = argparse.ArgumentParser()
+    eval_cmd.add_arguments(parser)
+    args = parser.parse_args(["--benchmark", "perltqa", "--data", "m.json", "--out", "o", "--limit", "3", "--skip-bad"])
+    assert args.limit == 3 and args.skip_bad is True and args.system == "rag" and args.qa_data is None
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--benchmark", "locomo5", "--data", "x", "--out", "o"])
+
+
+@pytest.mark.slow
+def test_eval_end_to_end_then_resume_without_recomputation(smollm, tmp_path):
+    cfg = EvalConfig(benchmark="locomo", data=str(LOCOMO), out=str(tmp_path), system="oracle-evidence",
+                     limit=3, answer_max_tokens=12, judge_max_tokens=8)
+    models = {"answerer": smollm, "judge": smollm}
+    evaluate(cfg, models, quiet=True)
+    first = json.loads((tmp_path / "results.json").read_text())
+    assert [it["id"] for it in first["items"]] == ["conv-26/qa0", "conv-26/qa1", "conv-26/qa2"]
+    for it in first["items"]:
+        assert it["answer"] and "correct" in it and it["evidence_retrieved"] is True and 0.0 <= it["f1"] <= 1.0
+    report = (tmp_path / "report.md").read_text()
+    assert "1 = multi-hop, 2 = temporal, 3 = open-domain, 4 = single-hop, 5 = adversarial" in report
+    assert "| headline (1-4) | 3 |" in report and (tmp_path / "plot.png").exists()
+    calls = smollm.usage.calls
+    evaluate(cfg, {}, quiet=True)  # no models given: a resumed run must not need any
+    second = json.loads((tmp_path / "results.json").read_text())
+    assert second["items"] == first["items"] and smollm.usage.calls == calls
+    assert second["run"]["invocations"][-1]["items_computed"] == 0
+
+
+@pytest.mark.slow
+def test_callback_logs_scores_inside_a_two_step_training_run(smollm, tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+
+    from memgym_env.benchmarks.callback import BenchmarkEvalCallback
+
+    tok = smollm.tokenizer
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=2))
+    ids = tok("Caroline went to a support group.", return_tensors="pt")["input_ids"][0]
+    data = [{"input_ids": ids, "labels": ids}] * 4
+    cfg = EvalConfig(benchmark="locomo", data=str(LOCOMO), out=str(tmp_path / "cb"), system="oracle-evidence",
+                     limit=2, answer_max_tokens=4, judge_max_tokens=4)
+    cb = BenchmarkEvalCallback(cfg, every_n_steps=1, policy_roles=("answerer",), models={"judge": smollm})
+    args = TrainingArguments(output_dir=str(tmp_path / "t"), max_steps=2, per_device_train_batch_size=1, use_cpu=True,
+                             report_to="none", logging_steps=1, save_strategy="no", learning_rate=1e-3)
+    trainer = Trainer(model=model, args=args, train_dataset=data, processing_class=tok, callbacks=[cb])
+    cb.attach(trainer)
+    trainer.train()
+    assert [h["step"] for h in cb.history] == [1, 2]
+    assert {"eval/locomo/headline", "eval/locomo/2-temporal"} <= set(cb.history[-1])
+    logged = [h for h in trainer.state.log_history if "eval/locomo/headline" in h]
+    assert len(logged) == 2 and model.training
+    assert (tmp_path / "cb" / "step-2" / "results.json").exists()
