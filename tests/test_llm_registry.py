@@ -39,6 +39,11 @@ def test_bad_specs_say_what_is_wrong():
         load_chat_model({"model": "smollm2-135m", "base_url": "http://x/v1"})
 
 
+def test_missing_checkpoint_names_the_path(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no-such-model"):
+        load_chat_model(str(tmp_path / "no-such-model"))
+
+
 def test_api_key_comes_from_a_named_environment_variable(monkeypatch):
     monkeypatch.delenv("MEMGYM_TEST_ABSENT_KEY", raising=False)
     with pytest.raises(ValueError, match="MEMGYM_TEST_ABSENT_KEY"):

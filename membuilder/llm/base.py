@@ -24,6 +24,7 @@ class Sampling:
     stop: list[str] | None = None
     seed: int | None = None
     json_schema: dict[str, Any] | None = None  # constrain output where the backend can
+    min_new_tokens: int = 0  # end-of-turn is suppressed before this many (benchmarks); openai: vLLM's min_tokens
 
     @property
     def greedy(self) -> bool:

@@ -188,6 +188,8 @@ class OpenAIChatModel:
             body["stop"] = list(sampling.stop)
         if sampling.seed is not None:
             body["seed"] = int(sampling.seed) + sample_index
+        if sampling.min_new_tokens:
+            body["min_tokens"] = sampling.min_new_tokens  # a vLLM / memgym serve extension
         if sampling.json_schema is not None and json_mode == "json_schema":
             body["response_format"] = {"type": "json_schema",
                                        "json_schema": {"name": "reply", "schema": sampling.json_schema}}

@@ -6,7 +6,8 @@ the standard library's ``ThreadingHTTPServer``: no web framework to install.
 Endpoints
 - ``GET  /v1/models``: the served chat model and embedder.
 - ``POST /v1/chat/completions``: ``messages``, ``max_tokens`` (or ``max_completion_tokens``),
-  ``temperature`` (default 1, as in the OpenAI API), ``top_p``, ``n``, ``stop``, ``seed``. Also
+  ``temperature`` (default 1, as in the OpenAI API), ``top_p``, ``n``, ``stop``, ``seed``,
+  ``min_tokens`` (vLLM's name). Also
   the vLLM extension ``prompt_logprobs`` with ``continue_final_message`` (used by the openai
   backend's ``choice_logprobs``). ``response_format`` with a JSON schema is refused with 400:
   this server cannot constrain decoding, and saying so lets a client fall back knowingly.
@@ -87,7 +88,7 @@ class GenerationBatcher:
 
 
 def _sampling_key(s: Sampling) -> str:
-    return json.dumps([s.temperature, s.top_p, s.max_new_tokens, s.n, s.stop, s.seed], sort_keys=True)
+    return json.dumps([s.temperature, s.top_p, s.max_new_tokens, s.n, s.stop, s.seed, s.min_new_tokens])
 
 
 def sampling_from_request(body: dict[str, Any]) -> Sampling:
@@ -113,6 +114,7 @@ def sampling_from_request(body: dict[str, Any]) -> Sampling:
         n=number("n", 1, int),
         stop=stop or None,
         seed=None if body.get("seed") is None else number("seed", None, int),
+        min_new_tokens=number("min_tokens", 0, int),
     )
     if not 1 <= sampling.n <= 64:
         raise RequestError(f"'n' must be between 1 and 64, got {sampling.n}")
@@ -132,6 +134,7 @@ class ModelServer:
         self.chat_name = chat_name or chat_model.name
         self.embedder_name = embedder_name or (embedder.name if embedder is not None else None)
         self.batcher = GenerationBatcher(chat_model, max_batch=max_batch)
+        self._embed_lock = threading.Lock()  # one encode at a time: torch threads already use the cores
         handler = type("Handler", (_Handler,), {"app": self})
         self.httpd = ThreadingHTTPServer((host, port), handler)
         self.httpd.daemon_threads = True
@@ -205,7 +208,8 @@ class ModelServer:
             texts = [texts]
         if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
             raise RequestError("'input' must be a string or a list of strings")
-        vectors = self.embedder.encode(texts)
+        with self._embed_lock:
+            vectors = self.embedder.encode(texts)
         count = sum(max(1, len(t) // 4) for t in texts)  # an estimate: embedders do not report tokens
         return {"object": "list", "model": self.embedder_name,
                 "data": [{"object": "embedding", "index": i, "embedding": v.tolist()} for i, v in enumerate(vectors)],

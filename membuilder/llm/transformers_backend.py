@@ -153,7 +153,7 @@ class TransformersChatModel:
         with self._lock, self._seeded(sampling):
             for start in range(0, len(order), self.batch_size):
                 chunk = order[start:start + self.batch_size]
-                for i, comps in zip(chunk, self._generate_batch([prompts[i] for i in chunk], sampling)):
+                for i, comps in zip(chunk, self._generate_batch([prompts[i] for i in chunk], sampling), strict=True):
                     results[i] = comps
         flat = [c for comps in results for c in comps]
         self.ledger.record_completions(purpose, flat, len(conversations), time.perf_counter() - started)
@@ -185,6 +185,8 @@ class TransformersChatModel:
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
         kwargs: dict[str, Any] = dict(max_new_tokens=sampling.max_new_tokens, pad_token_id=pad,
                                       eos_token_id=sorted(self.eos_ids), num_return_sequences=sampling.n)
+        if sampling.min_new_tokens:
+            kwargs["min_new_tokens"] = min(sampling.min_new_tokens, sampling.max_new_tokens)
         if sampling.greedy:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         else:
@@ -204,7 +206,8 @@ class TransformersChatModel:
         return grouped
 
     def _completion(self, ids: list[int], prompt_len: int, sampling: Sampling, latency: float) -> Completion:
-        # Generation pads finished rows; keep tokens up to and including the first end token.
+        # Generation pads finished rows; keep tokens up to and including the first end token
+        # (it was sampled, and a trainer scoring these ids needs it).
         kept, finish = [], "length"
         for tok in ids:
             kept.append(tok)

@@ -80,6 +80,8 @@ class VLLMChatModel:
             kwargs["stop"] = list(sampling.stop)
         if sampling.seed is not None:
             kwargs["seed"] = int(sampling.seed)
+        if sampling.min_new_tokens:
+            kwargs["min_tokens"] = min(sampling.min_new_tokens, sampling.max_new_tokens)
         if sampling.json_schema is not None:
             kwargs.update(self._json_constraint(sampling.json_schema))
         kwargs.update(extra)
@@ -126,8 +128,8 @@ class VLLMChatModel:
         params = self._vllm.SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
         outputs = self.llm.generate(requests, params, use_tqdm=False)
         scores = []
-        for cont, out in zip(conts, outputs):
+        for cont, out in zip(conts, outputs, strict=True):
             entries = out.prompt_logprobs[len(prompt):]
-            scores.append(float(sum(entry[tok].logprob for tok, entry in zip(cont, entries))))
+            scores.append(float(sum(entry[tok].logprob for tok, entry in zip(cont, entries, strict=True))))
         self.ledger.record(purpose, 1, sum(len(prompt) + len(c) for c in conts), 0, time.perf_counter() - started)
         return scores
