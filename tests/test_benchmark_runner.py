@@ -40,7 +40,7 @@ def test_rag_finds_the_evidence_turn_for_most_single_hop_questions(embedder, tmp
     contexts = rag.contexts(conv, items)
     found = [c.read for c in contexts]
     assert all(len(c.entry_ids) == 5 for c in contexts)
-    assert sum(found) / len(found) >= 0.3  # measured 0.6 with all-MiniLM; far above chance (5 of 210 chunks)
+    assert sum(found) / len(found) >= 0.3  # measured 0.57 with all-MiniLM; chance is about 5 of 214 chunks
     assert Rag(embedder).build(conv, tmp_path)["reused"] is True  # saved chunks and vectors are reused
 
 
@@ -73,6 +73,16 @@ def test_rerun_with_another_configuration_is_refused(tmp_path):
         evaluate(cfg, quiet=True)
 
 
+def test_membuilder_system_says_what_it_needs_when_agents_are_missing(tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("membuilder.agents") is not None:
+        pytest.skip("membuilder.agents exists: the membuilder system can run")
+    cfg = EvalConfig(benchmark="locomo", data=str(LOCOMO), out=str(tmp_path), system="membuilder", limit=1)
+    with pytest.raises(ValueError, match="membuilder.agents.build_session_memory"):
+        evaluate(cfg, quiet=True)
+
+
 def test_eval_command_arguments():
     from memgym_env.commands import eval as eval_cmd
 
@@ -87,16 +97,16 @@ def test_eval_command_arguments():
 @pytest.mark.slow
 def test_eval_end_to_end_then_resume_without_recomputation(smollm, tmp_path):
     cfg = EvalConfig(benchmark="locomo", data=str(LOCOMO), out=str(tmp_path), system="oracle-evidence",
-                     limit=3, answer_max_tokens=12, judge_max_tokens=8)
+                     limit=2, answer_max_tokens=12, judge_max_tokens=8)
     models = {"answerer": smollm, "judge": smollm}
     evaluate(cfg, models, quiet=True)
     first = json.loads((tmp_path / "results.json").read_text())
-    assert [it["id"] for it in first["items"]] == ["conv-26/qa0", "conv-26/qa1", "conv-26/qa2"]
+    assert [it["id"] for it in first["items"]] == ["conv-26/qa0", "conv-26/qa1"]
     for it in first["items"]:
         assert it["answer"] and "correct" in it and it["evidence_retrieved"] is True and 0.0 <= it["f1"] <= 1.0
     report = (tmp_path / "report.md").read_text()
     assert "1 = multi-hop, 2 = temporal, 3 = open-domain, 4 = single-hop, 5 = adversarial" in report
-    assert "| headline (1-4) | 3 |" in report and (tmp_path / "plot.png").exists()
+    assert "| headline (1-4) | 2 |" in report and (tmp_path / "plot.png").exists()
     calls = smollm.usage.calls
     evaluate(cfg, {}, quiet=True)  # no models given: a resumed run must not need any
     second = json.loads((tmp_path / "results.json").read_text())

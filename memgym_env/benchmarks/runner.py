@@ -205,6 +205,8 @@ def evaluate(cfg: EvalConfig, models: dict[str, Any] | None = None, quiet: bool 
     stages: dict[str, dict[str, float]] = {}
     models = dict(models or {})
     if n_pending:
+        if cfg.system == "membuilder" and "model" not in models:
+            membuilder_session_builder(None)  # fails fast, before any model is loaded, if it cannot run
         _load_models(cfg, models, stages)
         system = make_system(cfg, models)
         bar = tqdm(total=n_pending, desc=f"{cfg.benchmark}/{cfg.system}", disable=quiet, unit="q")

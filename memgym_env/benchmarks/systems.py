@@ -194,7 +194,7 @@ def membuilder_session_builder(model) -> SessionBuilder:
     try:
         from membuilder.agents import build_session_memory  # written alongside this runner
     except ImportError as exc:
-        raise RuntimeError("system 'membuilder' needs membuilder.agents.build_session_memory(model, bank, session), "
+        raise ValueError("system 'membuilder' needs membuilder.agents.build_session_memory(model, bank, session), "
                            "which is not in this checkout yet; use --system rag, full-context or oracle-evidence") from exc
     return lambda bank, session, conv: build_session_memory(model, bank, session)
 
