@@ -147,6 +147,12 @@ def _coerce(value: Any, kind: str, where: str, warnings: list[str]) -> tuple[Any
             return None, f"{where} must be a string, got {type(value).__name__}"
         if not value.strip():
             return None, f"{where} is empty"
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            # Lone surrogates (from "\ud800"-style escapes) cannot be embedded or saved as UTF-8.
+            value = value.encode("utf-8", "replace").decode("utf-8")
+            warnings.append(f"{where}: invalid unicode replaced")
         if len(value) > MAX_FIELD_CHARS:
             warnings.append(f"{where} cut from {len(value)} to {MAX_FIELD_CHARS} characters")
             value = value[:MAX_FIELD_CHARS]

@@ -29,6 +29,7 @@ class Embedder(Protocol):
 
     name: str
     dim: int
+    max_chars: int | None  # characters the model can see at most; None if unbounded
 
     def encode(self, texts: list[str]) -> np.ndarray: ...
 
@@ -61,12 +62,16 @@ class SentenceTransformerEmbedder:
         self.model = SentenceTransformer(self.path, device=device or "cpu")
         get_dim = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
         self.dim = int(get_dim())
+        # The model reads at most max_seq_length tokens (256 for MiniLM). Tokenising the rest of a
+        # huge text only burns time, so texts are cut well past the window; the cache keys on the
+        # cut text, so texts that agree within it share one vector.
+        self.max_chars = 8 * int(getattr(self.model, "max_seq_length", 512) or 512)
 
     def encode(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         vecs = self.model.encode(
-            list(texts),
+            [t[: self.max_chars] for t in texts],
             batch_size=self.batch_size,
             normalize_embeddings=True,
             convert_to_numpy=True,

@@ -36,12 +36,17 @@ class EmbeddingCache:
         vectors = np.asarray(vectors, dtype=np.float32)
         if vectors.shape != (len(texts), self.dim):
             raise ValueError(f"expected vectors of shape ({len(texts)}, {self.dim}), got {vectors.shape}")
+        window = getattr(self.embedder, "max_chars", None)
         for text, vec in zip(texts, vectors):
+            text = text[:window] if window else text
             self._vectors[text_key(text)] = vec
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """Vectors for ``texts`` in order; the missing ones are encoded in a single batch."""
         out = np.empty((len(texts), self.dim), dtype=np.float32)
+        window = getattr(self.embedder, "max_chars", None)
+        if window:
+            texts = [t[:window] for t in texts]
         keys = [text_key(t) for t in texts]
         missing: dict[str, str] = {}
         for key, text in zip(keys, texts):
