@@ -12,11 +12,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import numpy as np
 import pytest
+from llm_models import smollm2  # tests/ is on sys.path under pytest
 
 from membuilder.llm import Sampling, load_chat_model, load_embedder, with_purpose
 from membuilder.llm.openai_backend import ModelCallError
 from membuilder.llm.server import ModelServer
-from tests.llm_models import smollm2
 
 pytestmark = pytest.mark.slow
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from llm_models import smollm2  # tests/ is on sys.path under pytest
 
 from membuilder.llm import Sampling, with_purpose
-from tests.llm_models import smollm2
 
 pytestmark = pytest.mark.slow
 
@@ -37,8 +37,9 @@ def test_greedy_twice_gives_the_same_text(model):
 
 def test_batch_of_eight_equals_eight_single_calls(model):
     convs = [ask(f"What is {i} plus {i}?") for i in range(8)]
-    batched = [c.text for c in model.generate(convs, SHORT)]
-    singles = [model.generate([c], SHORT)[0].text for c in convs]
+    sampling = Sampling(max_new_tokens=8)
+    batched = [c.text for c in model.generate(convs, sampling)]
+    singles = [model.generate([c], sampling)[0].text for c in convs]
     assert batched == singles
 
 

@@ -151,8 +151,6 @@ def load_embedder(spec="minilm", **kwargs) -> Embedder:
     ``openai:<model>@<base_url>``, or a mapping / ``ModelSpec`` with ``backend: openai``."""
     from membuilder.llm.registry import parse_spec
 
-    if isinstance(spec, str) and not spec.startswith("openai:") and not kwargs.keys() & {"base_url", "api_key_env"}:
-        return SentenceTransformerEmbedder(spec, **kwargs)  # the common case, kept free of spec parsing
     s = parse_spec(spec, **kwargs)
     options = dict(s.options)
     if s.backend == "openai" or s.base_url:
