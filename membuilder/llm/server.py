@@ -101,7 +101,7 @@ def sampling_from_request(body: dict[str, Any]) -> Sampling:
             raise RequestError(f"'{key}' must be a number, got {value!r}")
         return kind(value)
 
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    max_key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     stop = body.get("stop")
     if isinstance(stop, str):
         stop = [stop]
@@ -110,7 +110,7 @@ def sampling_from_request(body: dict[str, Any]) -> Sampling:
     sampling = Sampling(
         temperature=number("temperature", 1.0),
         top_p=number("top_p", 1.0),
-        max_new_tokens=number("max_tokens", 256, int) if max_tokens is None else int(max_tokens),
+        max_new_tokens=number(max_key, 256, int),
         n=number("n", 1, int),
         stop=stop or None,
         seed=None if body.get("seed") is None else number("seed", None, int),
