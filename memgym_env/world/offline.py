@@ -70,7 +70,7 @@ def _info(spec: VariableSpec, values: list[str]) -> VariableInfo:
                         ask=full.ask)
 
 
-def _messages(cat: Catalog, query: str, event_phrase: str | None, rounds: int, rng: random.Random) -> list[Turn]:
+def session_messages(cat: Catalog, query: str, event_phrase: str | None, rounds: int, rng: random.Random) -> list[Turn]:
     d = cat.dialogue
     turns = [Turn("user", query), Turn("assistant", rng.choice(d.replies))]
     follow_ups = rng.sample(d.follow_ups, len(d.follow_ups))
@@ -84,18 +84,41 @@ def _messages(cat: Catalog, query: str, event_phrase: str | None, rounds: int, r
     return turns
 
 
+def _lower_first(line: str) -> str:
+    """Lower-case a sentence's first letter to continue another sentence ("I" stays upper-case)."""
+    word = line.split(" ", 1)[0]
+    if word == "I" or word.startswith("I'"):
+        return line
+    return line[0].lower() + line[1:]
+
+
+_CONNECTORS = ("{Subj} also", "Later, {subj}", "Around the same time, {subj}", "Then {subj}")
+
+
 def _summary(first: str, gender: str | None, phrases: list[str]) -> str | None:
     if not phrases:
         return None
     subj = pronouns(gender)["subj"]
     parts = [render_event(phrases[0], first, gender) + "."]
-    parts += [render_event(p, f"{subj} also", gender) + "." for p in phrases[1:]]
+    for k, phrase in enumerate(phrases[1:]):
+        lead = _CONNECTORS[k % len(_CONNECTORS)].format(Subj=subj, subj=subj.lower())
+        parts.append(render_event(phrase, lead, gender) + ".")
     return " ".join(parts)
 
 
 def _answer(spec: QuestionSpec, cat: Catalog, variables: list[str], values: tuple[str, ...]) -> str:
     advice = [cat.variables[v].values[x].advice for v, x in zip(variables, values)]
     return f"{spec.lead}: " + "; ".join(advice) + "."
+
+
+def answer_choices(spec: QuestionSpec, cat: Catalog, variables: list[str], schema: dict[str, list[str]],
+                   periods: list[Period], min_variants: int, rng: random.Random) -> list[AnswerChoice]:
+    """Every state variant the user lived through ("experience"), then unlived distractors ("random")."""
+    lived = list(dict.fromkeys(tuple(period.state[v] for v in variables) for period in periods))
+    others = [c for c in itertools.product(*(schema[v] for v in variables)) if c not in set(lived)]
+    extra = rng.sample(others, max(0, min(len(others), min_variants - len(lived))))
+    choices = [AnswerChoice(list(c), _answer(spec, cat, variables, c), "experience") for c in lived]
+    return choices + [AnswerChoice(list(c), _answer(spec, cat, variables, c), "random") for c in extra]
 
 
 def generate_user(cfg: WorldConfig, index: int, cat: Catalog | None = None, fake=None) -> WorldUser:
@@ -123,9 +146,9 @@ def generate_user(cfg: WorldConfig, index: int, cat: Catalog | None = None, fake
     sessions = []
     for group, t in zip(groups, times):
         lines = [rng.choice(cat.variables[v].values[state[v]].say) for v in group]
-        query = " ".join([lines[0]] + [f"Also, {line[0].lower()}{line[1:]}" for line in lines[1:]])
+        query = " ".join([lines[0]] + [f"Also, {_lower_first(line)}" for line in lines[1:]])
         sessions.append(WorldSession(event=None, exposed_states={v: state[v] for v in group}, query=query,
-                                     session_time=t, messages=_messages(cat, query, None, cfg.rounds_initial, rng)))
+                                     session_time=t, messages=session_messages(cat, query, None, cfg.rounds_initial, rng)))
     counts = {v: 1 for v in variables}
     periods = [Period(period_start=None, period_end=start.isoformat(), period_summary=None, sessions=sessions,
                       state=dict(state), updates={v: StateUpdate(None, state[v]) for v in variables},
@@ -152,19 +175,14 @@ def generate_user(cfg: WorldConfig, index: int, cat: Catalog | None = None, fake
             phrases.append(phrase)
             sessions.append(WorldSession(
                 event=render_event(phrase, first, gender) + ".", exposed_states={var: new}, query=query,
-                session_time=t, messages=_messages(cat, query, phrase, cfg.rounds_update, rng)))
+                session_time=t, messages=session_messages(cat, query, phrase, cfg.rounds_update, rng)))
         periods.append(Period(period_start=begin.isoformat(), period_end=end.isoformat(),
                               period_summary=_summary(first, gender, phrases), sessions=sessions,
                               state=dict(state), updates=updates, update_cnts=dict(counts)))
 
-    qas = []
-    for spec, vs in questions:
-        lived = list(dict.fromkeys(tuple(period.state[v] for v in vs) for period in periods))
-        others = [c for c in itertools.product(*(schema[v] for v in vs)) if c not in set(lived)]
-        extra = rng.sample(others, max(0, min(len(others), cfg.min_answer_variants - len(lived))))
-        choices = [AnswerChoice(list(c), _answer(spec, cat, vs, c), "experience") for c in lived]
-        choices += [AnswerChoice(list(c), _answer(spec, cat, vs, c), "random") for c in extra]
-        qas.append(Question(query=spec.query, required_info=list(vs), answer_choices=choices))
+    qas = [Question(query=spec.query, required_info=list(vs),
+                    answer_choices=answer_choices(spec, cat, vs, schema, periods, cfg.min_answer_variants, rng))
+           for spec, vs in questions]
 
     return WorldUser(id=profile.uuid or str(index), start_time=cfg.start_time, user_profile=profile,
                      state_schema=schema, periods=periods, qas=qas,

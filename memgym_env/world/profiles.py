@@ -34,6 +34,16 @@ def _marital(age: int, rng: random.Random) -> str:
     return rng.choice(("single", "married", "married", "in a relationship", "divorced"))
 
 
+def _job(raw: str) -> str:
+    """Faker writes some jobs as "Engineer, land"; we want "land engineer"."""
+    head, _, qualifier = raw.lower().partition(", ")
+    return f"{qualifier} {head}" if qualifier else head
+
+
+def _a(noun: str) -> str:
+    return ("an " if noun[:1] in "aeiou" else "a ") + noun
+
+
 def make_profile(fake, rng: random.Random, initial_state: dict[str, str]) -> Profile:
     """A profile consistent with the user's initial state; ``fake`` is a seeded ``Faker``."""
     gender = rng.choice(("female", "male", "female", "male", "nonbinary"))
@@ -43,21 +53,21 @@ def make_profile(fake, rng: random.Random, initial_state: dict[str, str]) -> Pro
     education = rng.choice(EDUCATION if age >= 22 else EDUCATION[:3])
     field_jobs = _OCCUPATION_BY_FIELD.get(initial_state.get("job_field", ""))
     if age >= 70:
-        occupation = f"retired {fake.job().lower()}"
+        occupation = f"retired {_job(fake.job())}"
     elif field_jobs:
         occupation = rng.choice(field_jobs)
     else:
-        occupation = fake.job().lower()
+        occupation = _job(fake.job())
     hobbies = ", ".join(rng.sample(HOBBIES, 3))
     skills = ", ".join(rng.sample(SKILLS, 3))
     first = name.split()[0]
     subj = pronouns(gender)["subj"]
     verb = "live" if subj == "They" else "lives"
     city = fake.city()
-    info = (f"{first} grew up in {city} and works as a {occupation}. "
+    info = (f"{first} grew up in {city} and works as {_a(occupation)}. "
             f"{subj} {verb} for {hobbies.split(', ')[0]} and is good at {skills.split(', ')[0]}.")
     if occupation.startswith("retired"):
-        info = f"{first} grew up in {city} and is a {occupation}. {subj} {verb} for {hobbies.split(', ')[0]}."
+        info = f"{first} grew up in {city} and is {_a(occupation)}. {subj} {verb} for {hobbies.split(', ')[0]}."
     uuid = fake.uuid4()
     fields = dict(name=name, age=age, gender=gender, marital_status=marital, education_level=education,
                   occupation=occupation, hobbies_and_interests=hobbies, skills_and_expertise=skills)
