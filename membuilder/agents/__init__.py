@@ -1,0 +1,1 @@
+"""Memory agents: the MemBuilder constructor (four roles over one chat model)."""
