@@ -103,7 +103,7 @@ def test_every_catalog_question_has_distinct_answers_for_every_variant():
     for spec in cat.questions:
         vs = spec.variables[:3]
         combos = list(itertools.product(*(cat.variables[v].values for v in vs)))
-        answers = {tuple(cat.variables[v].values[x].advice for v, x in zip(vs, c)) for c in combos}
+        answers = {tuple(cat.variables[v].values[x].advice for v, x in zip(vs, c, strict=True)) for c in combos}
         assert len(answers) == len(combos), spec.query
 
 

@@ -1,13 +1,13 @@
 """The oracle expert: its outputs parse, and a bank built from them recalls every current value."""
 
 import pytest
+from test_world_data_json import EXAMPLE
 
 from membuilder.ops import CoreAppend, CoreReplace, Update, parse
 from memgym_env.world.config import WorldConfig
 from memgym_env.world.data_json import read_world
 from memgym_env.world.offline import generate_world
 from memgym_env.world.oracle import expert_steps, variable_info
-from test_world_data_json import EXAMPLE
 
 SMALL = WorldConfig(num_users=2, num_periods=3, num_questions=6)
 
@@ -85,7 +85,7 @@ def test_bank_built_from_the_expert_recalls_every_current_value(world, embedder)
         assert bank.core.text == steps[-1].core_after
         state = user.periods[-1].state
         questions = [variable_info(user, v).question() for v in state]
-        for (var, value), hits in zip(state.items(), bank.retrieve_many(questions, k=10)):
+        for (var, value), hits in zip(state.items(), bank.retrieve_many(questions, k=10), strict=True):
             info = variable_info(user, var)
             want = f"{info.title}: {info.text(value)} |"
             assert any(h.entry.text.startswith(want) for h in hits), (user.id, var, [h.entry.text[:50] for h in hits])

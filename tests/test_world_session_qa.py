@@ -3,13 +3,13 @@
 import collections
 
 import pytest
+from test_world_data_json import EXAMPLE
 
 from memgym_env.world.config import SessionQAConfig, WorldConfig
 from memgym_env.world.data_json import read_world
 from memgym_env.world.offline import generate_world
 from memgym_env.world.session_qa import category_counts, session_qa
 from memgym_env.world.to_conversation import period_questions, user_to_conversation
-from test_world_data_json import EXAMPLE
 
 
 @pytest.fixture(scope="module")

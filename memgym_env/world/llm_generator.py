@@ -131,14 +131,14 @@ class LLMWorldGenerator:
             self.report.failures.append(Failure(i, "profile", "profile", "summary does not name the person"))
         prompts = [P.user_turn(P.QUESTION.format(facts=", ".join(user.info(v).title.lower() for v in q.required_info),
                                                  example=q.query)) for q in user.qas]
-        for q, text in zip(user.qas, self._write(prompts, i, "question", [f"qas[{k}]" for k in range(len(user.qas))])):
+        for q, text in zip(user.qas, self._write(prompts, i, "question", [f"qas[{k}]" for k in range(len(user.qas))]), strict=True):
             if text and text.endswith("?") and len(text) < 200:
                 q.query = text
         # Schema refinement: readable text for every value (the variable names stay, they are keys).
         pairs = [(v, x) for v, vals in user.state_schema.items() for x in vals]
         prompts = [P.user_turn(P.VALUE_TEXT.format(title=user.info(v).title, value=user.info(v).text(x))) for v, x in pairs]
         texts = self._write(prompts, i, "value_text", [f"{v}={x}" for v, x in pairs])
-        for (v, x), text in zip(pairs, texts):
+        for (v, x), text in zip(pairs, texts, strict=True):
             if text and 2 <= len(text) <= 80 and v in user.variable_info:
                 user.variable_info[v].values[x] = text.rstrip(".")
 
@@ -179,7 +179,7 @@ class LLMWorldGenerator:
             prompts.append(P.user_turn(P.EVENT.format(name=name, title=user.info(var).title.lower(),
                                                       old=user.info(var).text(up.old), new=user.info(var).text(up.new))))
         texts = self._write(prompts, i, "event", [f"period {n}" for n, _ in jobs])
-        for (n, s), text in zip(jobs, texts):
+        for (n, s), text in zip(jobs, texts, strict=True):
             if text and text.lower().startswith(name.lower()):
                 s.event = text if text.endswith(".") else text + "."
             else:
@@ -190,15 +190,15 @@ class LLMWorldGenerator:
 
     def _answers(self, i: int, user: WorldUser) -> None:
         jobs = [(q, c) for q in user.qas for c in q.answer_choices]
-        facts = [self._facts(user, dict(zip(q.required_info, c.state))) for q, c in jobs]
-        convs = [P.user_turn(P.ANSWER.format(question=q.query, facts=f)) for (q, _), f in zip(jobs, facts)]
+        facts = [self._facts(user, dict(zip(q.required_info, c.state, strict=True))) for q, c in jobs]
+        convs = [P.user_turn(P.ANSWER.format(question=q.query, facts=f)) for (q, _), f in zip(jobs, facts, strict=True)]
         pending = list(range(len(jobs)))
         for attempt in range(self.max_retries + 1):
             texts = self._write([convs[j] for j in pending], i, "answer", [f"answer {j}" for j in pending])
             still = []
-            for j, text in zip(pending, texts):
+            for j, text in zip(pending, texts, strict=True):
                 q, c = jobs[j]
-                variants = [self._facts(user, dict(zip(q.required_info, o.state))) for o in q.answer_choices]
+                variants = [self._facts(user, dict(zip(q.required_info, o.state, strict=True))) for o in q.answer_choices]
                 ok = text is not None and self._pick(
                     P.CLASSIFY_ANSWER.format(question=q.query, answer=text, options="{options}"), variants
                 ) == q.answer_choices.index(c)
@@ -223,7 +223,7 @@ class LLMWorldGenerator:
             seen: set[str] = set()
             for c in q.answer_choices:
                 if c.answer in seen:
-                    c.answer += f" ({self._facts(user, dict(zip(q.required_info, c.state)))})"
+                    c.answer += f" ({self._facts(user, dict(zip(q.required_info, c.state, strict=True)))})"
                 seen.add(c.answer)
 
     def _query_ok(self, user: WorldUser, query: str, exposed: dict[str, str]) -> bool:
@@ -246,7 +246,7 @@ class LLMWorldGenerator:
         for attempt in range(self.max_retries + 1):
             texts = self._write([convs[j] for j in pending], i, "query", [refs[j].id for j in pending])
             still = []
-            for j, text in zip(pending, texts):
+            for j, text in zip(pending, texts, strict=True):
                 s = refs[j].session
                 if text is not None and self._query_ok(user, text, s.exposed_states):
                     s.query = text

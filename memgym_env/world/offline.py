@@ -107,7 +107,7 @@ def _summary(first: str, gender: str | None, phrases: list[str]) -> str | None:
 
 
 def _answer(spec: QuestionSpec, cat: Catalog, variables: list[str], values: tuple[str, ...]) -> str:
-    advice = [cat.variables[v].values[x].advice for v, x in zip(variables, values)]
+    advice = [cat.variables[v].values[x].advice for v, x in zip(variables, values, strict=True)]
     return f"{spec.lead}: " + "; ".join(advice) + "."
 
 
@@ -144,7 +144,7 @@ def generate_user(cfg: WorldConfig, index: int, cat: Catalog | None = None, fake
     groups = [order[i:i + cfg.initial_states_per_session] for i in range(0, len(order), cfg.initial_states_per_session)]
     times = session_times(start, len(groups), cfg.session_hours, rng)
     sessions = []
-    for group, t in zip(groups, times):
+    for group, t in zip(groups, times, strict=True):
         lines = [rng.choice(cat.variables[v].values[state[v]].say) for v in group]
         query = " ".join([lines[0]] + [f"Also, {_lower_first(line)}" for line in lines[1:]])
         sessions.append(WorldSession(event=None, exposed_states={v: state[v] for v in group}, query=query,
@@ -162,7 +162,7 @@ def generate_user(cfg: WorldConfig, index: int, cat: Catalog | None = None, fake
         changed = rng.sample(eligible, max(0, min(wanted, len(eligible))))
         times = session_times(end, len(changed), cfg.session_hours, rng)
         sessions, updates, phrases = [], {}, []
-        for var, t in zip(changed, times):
+        for var, t in zip(changed, times, strict=True):
             old = state[var]
             new = rng.choice([x for x in schema[var] if x != old])
             value = cat.variables[var].values[new]

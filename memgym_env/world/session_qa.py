@@ -88,7 +88,7 @@ def _candidates(user: WorldUser, said_now: list[_Said], said_before: list[_Said]
                                   f"{i.text(s.value)}?", s.date, other_dates, [s.session_id], [s.var]))
             before = latest_before.get(s.var)
             pairs = [(a, b) for a in values[s.var] for b in values[s.var] if a != b and (a, b) != (s.old, s.value)]
-            fmt = lambda a, b: f"before: {i.text(a)}; now: {i.text(b)}"  # noqa: E731
+            fmt = lambda a, b, i=i: f"before: {i.text(a)}; now: {i.text(b)}"  # noqa: E731
             out.append(_Candidate("multi-session", f"What was my {i.title.lower()} before the change I told you "
                                   f"about on {s.date}, and what is it now?", fmt(s.old, s.value),
                                   [fmt(a, b) for a, b in pairs],
@@ -97,7 +97,7 @@ def _candidates(user: WorldUser, said_now: list[_Said], said_before: list[_Said]
             if var in {x.var for x in said_now}:
                 continue
             j = info[var]
-            fmt2 = lambda a, b: f"{i.title}: {i.text(a)}; {j.title}: {j.text(b)}"  # noqa: E731
+            fmt2 = lambda a, b, i=i, j=j: f"{i.title}: {i.text(a)}; {j.title}: {j.text(b)}"  # noqa: E731
             wrong = [fmt2(a, b) for a in values[s.var] for b in values[var] if (a, b) != (s.value, earlier.value)]
             out.append(_Candidate("multi-session", f"Putting together what I've told you, what are my "
                                   f"{i.title.lower()} and my {j.title.lower()} now?", fmt2(s.value, earlier.value),

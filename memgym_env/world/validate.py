@@ -119,7 +119,7 @@ def user_issues(user: WorldUser) -> list[str]:
             if len(choice.state) != len(question.required_info):
                 issues.append(f"{cw}: field 'state' has {len(choice.state)} values for {len(question.required_info)} variables")
                 continue
-            _check_values(user, dict(zip(question.required_info, choice.state)), f"{cw}, field 'state'", issues)
+            _check_values(user, dict(zip(question.required_info, choice.state, strict=True)), f"{cw}, field 'state'", issues)
             if tuple(choice.state) in seen_states:
                 issues.append(f"{cw}: field 'state' {choice.state} repeats an earlier choice")
             if choice.answer in seen_answers:
