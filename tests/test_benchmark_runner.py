@@ -73,16 +73,6 @@ def test_rerun_with_another_configuration_is_refused(tmp_path):
         evaluate(cfg, quiet=True)
 
 
-def test_membuilder_system_says_what_it_needs_when_agents_are_missing(tmp_path):
-    import importlib.util
-
-    if importlib.util.find_spec("membuilder.agents") is not None:
-        pytest.skip("membuilder.agents exists: the membuilder system can run")
-    cfg = EvalConfig(benchmark="locomo", data=str(LOCOMO), out=str(tmp_path), system="membuilder", limit=1)
-    with pytest.raises(ValueError, match="membuilder.agents.build_session_memory"):
-        evaluate(cfg, quiet=True)
-
-
 def test_eval_command_arguments():
     from memgym_env.commands import eval as eval_cmd
 

@@ -79,11 +79,14 @@ def test_token_f1_is_symmetric_and_bounded(a, b):
 def test_judge_label_parsing():
     assert parse_label('{"label": "CORRECT"}') is True
     assert parse_label('Reasoning... ```json\n{"label": "WRONG"}\n```') is False
-    assert parse_label("<think>maybe CORRECT</think> The answer is WRONG.") is False
+    assert parse_label("<think>maybe CORRECT</think> WRONG.") is False
     assert parse_label("INCORRECT") is False
     assert parse_label("I cannot tell") is None
     # an echo of the instructions names both labels: no decision
     assert parse_label("The generated answer is CORRECT when it points to the same thing, and it is WRONG") is None
+    assert parse_label("The generated answer is CORRECT when it points to the same t") is None  # echo cut short
+    assert parse_label("Label: WRONG") is False and parse_label("**CORRECT**") is True
+    assert parse_label("The answer names the same date.\nCORRECT") is True
 
 
 def test_yes_no_parsing():

@@ -134,11 +134,14 @@ def parse_label(text: str) -> bool | None:
         label = str(obj.get("label", "")).strip().upper() if isinstance(obj, dict) else ""
         if label in ("CORRECT", "WRONG"):
             return label == "CORRECT"
-    # Without JSON, a bare label counts only if it is the only kind present: a judge that echoes
-    # the instructions ("... is CORRECT when ... WRONG when ...") has not decided anything.
-    found = {w.upper() for w in re.findall(r"\b(CORRECT|WRONG|INCORRECT)\b", text, re.I)}
-    found = {"WRONG" if w == "INCORRECT" else w for w in found}
-    return (found == {"CORRECT"}) if len(found) == 1 else None
+    # Without JSON, a label counts only where a verdict stands: first word, after "label:" /
+    # "verdict:", or alone on the last line. A judge that echoes the instructions ("The generated
+    # answer is CORRECT when ...") has not decided anything, even when the echo is cut short.
+    label = r"(CORRECT|WRONG|INCORRECT)\b"
+    m = (re.match(r"[\W_]*" + label, text, re.I)
+         or re.search(r"\b(?:label|verdict|grade)\W{0,4}" + label, text, re.I)
+         or re.fullmatch(r"(?:.*\n)?[\W_]*" + label + r"[\W_]*", text.strip(), re.I | re.S))
+    return None if m is None else m.group(1).upper() == "CORRECT"
 
 
 def parse_yes_no(text: str) -> bool | None:
@@ -167,6 +170,6 @@ def judge_batch(judge, benchmark: str, items: list[QAItem], responses: list[str]
 
     if not items:
         return []
-    prompts = [judge_prompt(benchmark, it, r) for it, r in zip(items, responses)]
+    prompts = [judge_prompt(benchmark, it, r) for it, r in zip(items, responses, strict=True)]
     outs = judge.generate(prompts, Sampling(temperature=0.0, max_new_tokens=max_new_tokens, stop=["\n\n"]))
     return [Verdict(parse_verdict(benchmark, o.text), o.text) for o in outs]

@@ -71,7 +71,7 @@ def _read_one(rec: Any, k: int, path: str | Path, variant: str, problems: Proble
                      f"({len(sessions_raw)}, {len(ids)}, {len(dates)})")
         return None
     sessions, evidence = [], []
-    for i, (sid, date, turns) in enumerate(zip(ids, dates, sessions_raw)):
+    for i, (sid, date, turns) in enumerate(zip(ids, dates, sessions_raw, strict=True)):
         if not isinstance(turns, list):
             problems.bad(f"{where}, haystack_sessions[{i}]: not a list of turns")
             return None

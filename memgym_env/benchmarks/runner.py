@@ -30,7 +30,15 @@ from .locomo import LOCOMO_CATEGORIES
 from .locomo_f1 import locomo_f1
 from .report import markdown, plot, print_table, summarize
 from .retrieval_metrics import anchor_coverage, recall_at_k
-from .systems import SYSTEMS, Context, FullContext, MemBuilder, OracleEvidence, Rag, membuilder_session_builder
+from .systems import (
+    SYSTEMS,
+    Context,
+    FullContext,
+    MemBuilder,
+    OracleEvidence,
+    Rag,
+    membuilder_session_builder,
+)
 
 
 @dataclass
@@ -52,6 +60,7 @@ class EvalConfig:
     rag_k: int = field(default=5, metadata={"help": "raw chunks retrieved (rag)"})
     recall_k: int = field(default=10, metadata={"help": "k of the retrieval recall@k metric"})
     context_tokens: int = field(default=6000, metadata={"help": "history budget of full-context, in answerer tokens"})
+    construct_max_tokens: int = field(default=384, metadata={"help": "new tokens per memory-agent output (membuilder)"})
     answer_max_tokens: int = field(default=64, metadata={"help": "new tokens per answer"})
     judge_max_tokens: int = field(default=24, metadata={"help": "new tokens per verdict"})
 
@@ -66,25 +75,17 @@ class EvalConfig:
 
 
 def load_model(spec: str):
-    """A ``ChatModel`` from a short name, a checkpoint path or an endpoint spec (membuilder's registry)."""
-    import membuilder.llm as llm
+    """A ``ChatModel`` from a spec of membuilder's registry: a short name (``smollm2-135m``), a
+    checkpoint path, ``vllm:...`` or ``openai:model@url`` (remote concurrency is bounded there)."""
+    from membuilder.llm import load_chat_model
 
-    if hasattr(llm, "load_chat_model"):
-        return llm.load_chat_model(spec)
-    # Until the registry lands: the local transformers backend, with the packaged SmolLM2 by name.
-    from membuilder.llm.transformers_backend import TransformersChatModel
-
-    if spec.lower() in ("smollm2-135m", "smollm2"):
-        from membuilder.llm.checkpoints import smollm2_checkpoint
-
-        return TransformersChatModel(smollm2_checkpoint(), name=spec)
-    return TransformersChatModel(spec)
+    return load_chat_model(spec)
 
 
 def load_embedder(spec: str):
-    from membuilder.llm.embedders import SentenceTransformerEmbedder
+    from membuilder.llm import load_embedder as load
 
-    return SentenceTransformerEmbedder(spec)
+    return load(spec)
 
 
 def _versions() -> dict[str, str]:
@@ -129,7 +130,10 @@ def make_system(cfg: EvalConfig, models: dict[str, Any]):
     if cfg.system == "rag":
         return Rag(models["embedder"], k=cfg.rag_k)
     if cfg.system == "membuilder":
-        return MemBuilder(membuilder_session_builder(models["model"]), models["embedder"], k=cfg.answer_k)
+        from membuilder.agents.constructor import core_compressor
+
+        return MemBuilder(membuilder_session_builder(models["model"], cfg.construct_max_tokens), models["embedder"],
+                          k=cfg.answer_k, compressor=core_compressor(models["model"]))
     raise ValueError(f"unknown system {cfg.system!r}; expected one of {', '.join(SYSTEMS)}")
 
 
@@ -222,7 +226,7 @@ def evaluate(cfg: EvalConfig, models: dict[str, Any] | None = None, quiet: bool 
                         answers = _answer(cfg, models["answerer"], conv, batch, contexts)
                     with _Stage(stages, "judge", models["judge"]):
                         verdicts = judge_batch(models["judge"], cfg.benchmark, batch, answers, cfg.judge_max_tokens)
-                    for item, ctx, ans, v in zip(batch, contexts, answers, verdicts):
+                    for item, ctx, ans, v in zip(batch, contexts, answers, verdicts, strict=True):
                         rec = _record(cfg, conv, item, ctx, ans, v)
                         done[item.id] = rec
                         sink.write(json.dumps(rec, ensure_ascii=False) + "\n")
@@ -267,7 +271,7 @@ def _load_models(cfg: EvalConfig, models: dict[str, Any], stages: dict[str, dict
 def _answer(cfg: EvalConfig, answerer, conv: Conversation, items: list[QAItem], contexts: list[Context]) -> list[str]:
     from membuilder.llm.base import Sampling
 
-    prompts = [answer_prompt(ctx.memory, conv, it) for it, ctx in zip(items, contexts)]
+    prompts = [answer_prompt(ctx.memory, conv, it) for it, ctx in zip(items, contexts, strict=True)]
     outs = answerer.generate(prompts, Sampling(temperature=0.0, max_new_tokens=cfg.answer_max_tokens, seed=cfg.seed,
                                                stop=["\n\n", "\nQuestion:"]))
     return [o.text.strip() for o in outs]

@@ -173,7 +173,7 @@ class Rag:
         queries = np.asarray(self.embedder.encode([it.question for it in items]), dtype=np.float32)
         scores = queries @ vectors.T if len(chunks) else np.zeros((len(items), 0))
         out = []
-        for item, row in zip(items, scores):
+        for item, row in zip(items, scores, strict=True):
             top = np.argsort(-row, kind="stable")[: self.k]
             hits = [chunks[i] for i in top]
             seen = {s for h in hits for s in h["sources"]}
@@ -189,14 +189,36 @@ class Rag:
 SessionBuilder = Callable[[Any, Session, Conversation], None]
 
 
-def membuilder_session_builder(model) -> SessionBuilder:
-    """The MemBuilder constructor over ``model``: the one place the membuilder system plugs in."""
+def membuilder_session_builder(model, max_new_tokens: int = 384, view_k: int = 20) -> SessionBuilder:
+    """The MemBuilder constructor over ``model``: the one place the membuilder system plugs in.
+
+    Per session, all four agents answer from the same observation (the session, its date, Core
+    and the top-``view_k`` entries of their own type for the session text) and only then are
+    their outputs applied, so no agent sees another's writes (protocols §1).
+    """
     try:
-        from membuilder.agents import build_session_memory  # written alongside this runner
+        from membuilder.agents.constructor import MemBuilderPolicy
+        from membuilder.llm.base import Sampling
+        from membuilder.ops import AGENTS
     except ImportError as exc:
-        raise ValueError("system 'membuilder' needs membuilder.agents.build_session_memory(model, bank, session), "
-                           "which is not in this checkout yet; use --system rag, full-context or oracle-evidence") from exc
-    return lambda bank, session, conv: build_session_memory(model, bank, session)
+        raise ValueError("system 'membuilder' needs membuilder.agents.constructor.MemBuilderPolicy, which is not in "
+                         "this checkout; use --system rag, full-context or oracle-evidence") from exc
+    if model is None:
+        return lambda bank, session, conv: None
+    policy = MemBuilderPolicy(model, Sampling(temperature=0.0, max_new_tokens=max_new_tokens))
+
+    def build(bank, session: Session, conv: Conversation) -> None:
+        text = session.render()
+        obs: dict[str, Any] = {"session": text, "session_time": session.time, "core": bank.core.text,
+                               "core_usage": bank.core.usage}
+        for agent in AGENTS:
+            if agent != "core":
+                obs[agent] = [h.entry.text for h in bank.view(agent, text, k=view_k)]
+        outputs = policy.act(obs)
+        for agent in AGENTS:
+            bank.apply(agent, outputs[agent], time=session.time, session=session.id)
+
+    return build
 
 
 def _holds_answer(text: str, gold: str | None) -> bool:
@@ -209,8 +231,9 @@ class MemBuilder:
 
     name = "membuilder"
 
-    def __init__(self, build_session: SessionBuilder, embedder, k: int = 10, progress: Callable[[str], None] | None = None):
-        self.build_session, self.embedder, self.k = build_session, embedder, k
+    def __init__(self, build_session: SessionBuilder, embedder, k: int = 10, progress: Callable[[str], None] | None = None,
+                 compressor: Callable[[str, int], str] | None = None):
+        self.build_session, self.embedder, self.k, self.compressor = build_session, embedder, k, compressor
         self.progress = progress
         self._banks: dict[str, Any] = {}
 
@@ -222,10 +245,10 @@ class MemBuilder:
         digest = conversation_digest(conv)
         state = json.loads(state_path.read_text()) if state_path.exists() else {}
         if state.get("digest") == digest and bank_path.exists():
-            bank = MemoryBank.load(bank_path, self.embedder)
+            bank = MemoryBank.load(bank_path, self.embedder, compressor=self.compressor)
             done = int(state.get("sessions_done", 0))
         else:
-            bank, done = MemoryBank(self.embedder), 0
+            bank, done = MemoryBank(self.embedder, compressor=self.compressor), 0
         reused = done
         for s in conv.sessions[done:]:
             self.build_session(bank, s, conv)
@@ -247,7 +270,7 @@ class MemBuilder:
         turns_of = {s.id: sorted({m.meta["id"] for m in s.messages if m.meta.get("id")}) for s in conv.sessions}
         entries = bank.entries()
         out = []
-        for item, hits in zip(items, hits_per_item):
+        for item, hits in zip(items, hits_per_item, strict=True):
             ev_sessions = {session_of[e] for e in item.evidence if e in session_of}
             written = read = None
             if ev_sessions:
