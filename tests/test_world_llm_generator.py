@@ -89,7 +89,7 @@ def test_smollm2_generates_a_one_user_one_period_world(tmp_path):
     from membuilder.llm import load_chat_model
 
     model = load_chat_model("smollm2-135m")
-    gen = LLMWorldGenerator(model, TINY, work_dir=tmp_path, max_retries=1, max_new_tokens=24)
+    gen = LLMWorldGenerator(model, TINY, work_dir=tmp_path, max_retries=0, max_new_tokens=24)
     world, report = gen.generate()
     assert world_issues(world) == []
     assert report.users_done == 1 and report.generate_calls > 0 and report.choice_calls > 0
