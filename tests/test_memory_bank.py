@@ -8,7 +8,7 @@ import pytest
 
 from fuzz_corpus import corpus
 from membuilder.memory import CORE_LIMIT, MemoryBank
-from membuilder.ops import AGENTS, render_ops, Add, Merge, Update
+from membuilder.ops import AGENTS, Add, Merge, Update, parse, render_ops
 
 
 def ops_json(*ops: dict) -> str:
@@ -231,8 +231,15 @@ def test_apply_never_raises_on_10k_mutated_outputs(agent, embedder):
     seeded = {"core": [], "episodic": [Add(t) for t in ("x", "y")], "semantic": [Add("z")], "procedural": [Add("w")]}[agent]
     if seeded:
         bank.apply(agent, render_ops(agent, seeded))
+    texts = corpus(agent, seed=1)
+    # Embed everything the corpus writes or quotes in one batch up front (the same real model and
+    # cache that apply uses): one-at-a-time encoding would dominate the test's run time.
+    quoted = [q for p in map(lambda t: parse(agent, t), texts) if p.valid for op in p.ops
+              for q in ([getattr(op, "memory", None), getattr(op, "new_memory", None), getattr(op, "old_memory", None)]
+                        + list(getattr(op, "old_memories", ()))) if q]
+    bank.cache.embed(sorted(set(quoted)))
     valid = 0
-    for text in corpus(agent, seed=1):
+    for text in texts:
         applied = bank.apply(agent, text, time="2023-05-08")
         valid += applied.valid
         assert len(bank.core.text) <= CORE_LIMIT

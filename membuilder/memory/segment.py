@@ -117,3 +117,76 @@ def merge_segments(segments: Sequence[Segment]) -> Segment:
     vectors = np.concatenate([s.vectors for s in segments]) if segments else np.zeros((0, 0), np.float32)
     seqs = np.concatenate([s.seqs for s in segments]) if segments else np.zeros(0, np.int64)
     return Segment(entries, vectors, seqs)
+
+
+class Tail:
+    """The mutable newest part of a store: appended to in place, searched exactly.
+
+    Same reading interface as ``Segment`` (entries, vectors, seqs, by_id, by_text, candidates),
+    kept up to date per write, so a write costs O(1) amortised rather than a rebuild.
+    """
+
+    def __init__(self, dim: int):
+        self.dim = dim
+        self.entries: list[Entry] = []
+        self.by_id: dict[str, int] = {}
+        self.by_text: dict[tuple[str, str], list[int]] = {}
+        self._vecs = np.empty((16, dim), dtype=np.float32)
+        self._seqs = np.empty(16, dtype=np.int64)
+        self._rows: dict[str, list[int]] = {t: [] for t in MEMORY_TYPES}
+        self._tvecs = {t: np.empty((16, dim), dtype=np.float32) for t in MEMORY_TYPES}
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    @property
+    def vectors(self) -> np.ndarray:
+        return self._vecs[: len(self.entries)]
+
+    @property
+    def seqs(self) -> np.ndarray:
+        return self._seqs[: len(self.entries)]
+
+    @staticmethod
+    def _grow(buf: np.ndarray, need: int) -> np.ndarray:
+        if need <= len(buf):
+            return buf
+        bigger = np.empty((max(need, 2 * len(buf)), *buf.shape[1:]), dtype=buf.dtype)
+        bigger[: len(buf)] = buf
+        return bigger
+
+    def append(self, entry: Entry, vector: np.ndarray, seq: int) -> None:
+        row = len(self.entries)
+        self._vecs = self._grow(self._vecs, row + 1)
+        self._seqs = self._grow(self._seqs, row + 1)
+        self._vecs[row] = vector
+        self._seqs[row] = seq
+        rows = self._rows[entry.type]
+        self._tvecs[entry.type] = self._grow(self._tvecs[entry.type], len(rows) + 1)
+        self._tvecs[entry.type][len(rows)] = vector
+        rows.append(row)
+        self.entries.append(entry)
+        self.by_id[entry.id] = row
+        self.by_text.setdefault((entry.type, normalise_text(entry.text)), []).append(row)
+
+    def candidates(self, queries: np.ndarray, k: int, types: Sequence[str]) -> list[np.ndarray]:
+        per_query: list[list[np.ndarray]] = [[] for _ in range(len(queries))]
+        want = OVERSAMPLE * k
+        for t in types:
+            rows = self._rows[t]
+            if not rows:
+                continue
+            scores = queries @ self._tvecs[t][: len(rows)].T
+            kk = min(want, len(rows))
+            idx = np.argpartition(-scores, kk - 1, axis=1)[:, :kk] if kk < len(rows) else \
+                np.broadcast_to(np.arange(len(rows)), scores.shape)
+            rows_arr = np.asarray(rows, dtype=np.int64)
+            for qi in range(len(queries)):
+                per_query[qi].append(rows_arr[idx[qi]])
+        return [np.concatenate(c) if c else np.zeros(0, dtype=np.int64) for c in per_query]
+
+    def graph_blobs(self) -> dict[str, np.ndarray]:
+        return {}  # the tail is always searched exactly
+
+    def freeze(self) -> Segment:
+        return Segment(self.entries, self.vectors.copy(), self.seqs.copy())

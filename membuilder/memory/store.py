@@ -21,9 +21,9 @@ import numpy as np
 
 from membuilder.memory.embedding_cache import EmbeddingCache
 from membuilder.memory.entry import MEMORY_TYPES, Entry, Hit
-from membuilder.memory.segment import Segment, merge_segments, normalise_text
+from membuilder.memory.segment import Segment, Tail, merge_segments, normalise_text
 
-SEAL_AT = 2_048  # tail size at which the tail is sealed into a segment even without a fork
+SEAL_AT = 1_024  # tail size at which the tail is sealed into a segment even without a fork
 FUZZY_MIN = 0.9  # cosine above which a quoted memory that is not verbatim still names an entry
 
 
@@ -32,10 +32,7 @@ class VectorStore:
         self.cache = cache
         self.dim = cache.dim
         self._chain: tuple[Segment, ...] = ()
-        self._tail: list[Entry] = []
-        self._tail_vecs: list[np.ndarray] = []
-        self._tail_seqs: list[int] = []
-        self._tail_segment: Segment | None = None  # cached view of the tail, rebuilt after writes
+        self._tail = Tail(self.dim)
         self._next_seq = 0
 
     # ---- writing -------------------------------------------------------------------------
@@ -50,11 +47,8 @@ class VectorStore:
         for e, v in zip(entries, vectors):
             if self.get(e.id) is not None:
                 raise ValueError(f"entry id {e.id!r} is already in the store")
-            self._tail.append(e)
-            self._tail_vecs.append(v)
-            self._tail_seqs.append(self._next_seq)
+            self._tail.append(e, v, self._next_seq)
             self._next_seq += 1
-        self._tail_segment = None
         if len(self._tail) >= SEAL_AT:
             self._seal()
 
@@ -66,10 +60,10 @@ class VectorStore:
         self._push(Segment(entries, vectors, seqs))
 
     def _seal(self) -> None:
-        if not self._tail:
+        if not len(self._tail):
             return
-        seg = self._tail_view()
-        self._tail, self._tail_vecs, self._tail_seqs, self._tail_segment = [], [], [], None
+        seg = self._tail.freeze()
+        self._tail = Tail(self.dim)
         self._push(seg)
 
     def _push(self, seg: Segment) -> None:
@@ -85,20 +79,14 @@ class VectorStore:
         child.cache = self.cache
         child.dim = self.dim
         child._chain = self._chain
-        child._tail, child._tail_vecs, child._tail_seqs, child._tail_segment = [], [], [], None
+        child._tail = Tail(self.dim)
         child._next_seq = self._next_seq
         return child
 
     # ---- reading -------------------------------------------------------------------------
-    def _tail_view(self) -> Segment:
-        if self._tail_segment is None:
-            vecs = np.stack(self._tail_vecs) if self._tail_vecs else np.zeros((0, self.dim), np.float32)
-            self._tail_segment = Segment(self._tail, vecs, np.asarray(self._tail_seqs, dtype=np.int64))
-        return self._tail_segment
-
-    def segments(self) -> tuple[Segment, ...]:
-        """Every segment this store reads, oldest first (the tail last, when it has entries)."""
-        return self._chain + ((self._tail_view(),) if self._tail else ())
+    def segments(self) -> tuple[Segment | Tail, ...]:
+        """Every part this store reads, oldest first (the tail last, when it has entries)."""
+        return self._chain + ((self._tail,) if len(self._tail) else ())
 
     def __len__(self) -> int:
         return sum(len(s) for s in self._chain) + len(self._tail)
