@@ -165,6 +165,24 @@ class MemoryBank:
             raise ValueError(f"agent {agent!r} has no searchable memory; expected one of {MEMORY_TYPES}")
         return self.retrieve(query, k, (agent,))
 
+    def session_view(self, agent: str, texts: Sequence[str], k: int = 20) -> list[Hit]:
+        """An agent's own memories most related to any of ``texts`` (a session's messages).
+
+        Each message is a query; an entry keeps its best score over them. One embedder call and
+        one batched search, however long the session.
+        """
+        if agent not in MEMORY_TYPES:
+            raise ValueError(f"agent {agent!r} has no searchable memory; expected one of {MEMORY_TYPES}")
+        texts = [t for t in texts if t.strip()]
+        if not texts or not len(self):
+            return []
+        best: dict[str, Hit] = {}
+        for hits in self.retrieve_many(texts, k, (agent,)):
+            for h in hits:
+                if h.id not in best or h.score > best[h.id].score:
+                    best[h.id] = h
+        return sorted(best.values(), key=lambda h: (-h.score, h.id))[:k]
+
     def get(self, entry_id: str) -> Entry | None:
         return self.store.get(entry_id)
 
