@@ -14,3 +14,9 @@ def register_envs() -> None:
             vector_entry_point=None,
             nondeterministic=False,
         )
+    if "MemoryGym-Interactive-v0" not in registered:
+        gym.register(
+            id="MemoryGym-Interactive-v0",
+            entry_point="memgym_env.interactive:InteractiveEnv",
+            nondeterministic=False,
+        )

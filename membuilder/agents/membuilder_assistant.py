@@ -1,0 +1,79 @@
+"""MemBuilder assistant: the four-agent constructor writes the memory bank after each session;
+answers come from Core + the top-10 entries (``membuilder.answer``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from membuilder.agents.assistant import ChatAssistant, Message, bound, transcript
+from membuilder.agents.constructor import MemBuilderPolicy, core_compressor
+from membuilder.answer import choice_prompt, memory_lines
+from membuilder.llm.base import ChatMessages, Sampling
+from membuilder.memory import MemoryBank
+from membuilder.ops import SEARCHABLE_AGENTS
+
+BANK_DIR = "bank"
+
+
+class MemBuilderAssistant(ChatAssistant):
+    """Arguments beyond ``ChatAssistant``'s: ``embedder``, ``write_tokens`` (longest agent output),
+    ``view_k`` (own-type entries each agent sees, 20 in MemBuilder), ``answer_k`` (entries
+    retrieved for an answer, 10)."""
+
+    name = "membuilder"
+
+    def __init__(self, model, embedder, *, write_tokens: int = 384, view_k: int = 20, answer_k: int = 10, **kwargs):
+        self.embedder = embedder
+        self.write_model = bound(model, "write")
+        self.policy = MemBuilderPolicy(self.write_model, Sampling(temperature=0.0, max_new_tokens=write_tokens))
+        self.view_k = view_k
+        self.answer_k = answer_k
+        super().__init__(model, **kwargs)
+
+    def _new_bank(self) -> MemoryBank:
+        return MemoryBank(self.embedder, compressor=core_compressor(self.write_model))
+
+    def _reset_memory(self) -> None:
+        self.bank = self._new_bank()
+        self.write_log: list[dict[str, Any]] = []  # per session: which agents wrote valid output
+
+    def _commit(self, messages: list[Message], time: str, session_id: str, facts: Mapping[str, str] | None) -> None:
+        if not messages:
+            return
+        session = transcript(messages)
+        obs: dict[str, Any] = {"session": session, "session_time": time, "core": self.bank.core.text,
+                               "core_usage": self.bank.core.usage}
+        for agent in SEARCHABLE_AGENTS:
+            obs[agent] = [h.entry.text for h in self.bank.view(agent, session, self.view_k)]
+        outputs = self.policy.act(obs)
+        applied = {agent: self.bank.apply(agent, out, time=time, session=session_id) for agent, out in outputs.items()}
+        self.write_log.append({"session": session_id, "valid": {a: r.valid for a, r in applied.items()},
+                               "added": {a: len(r.added_ids) for a, r in applied.items()}})
+
+    def context(self, query: str, time: str) -> str:
+        hits = self.bank.retrieve(query, self.answer_k) if len(self.bank) else []
+        return f"{self.bank.core.text or '(empty)'}\n{memory_lines(hits)}"
+
+    def choice_prompt(self, question: str, choices: Sequence[str], time: str) -> ChatMessages:
+        hits = self.bank.retrieve(question, self.answer_k) if len(self.bank) else []
+        return choice_prompt(self.bank.core.text, hits, time[:10] or None, question, choices)
+
+    def memory_text(self) -> str:
+        return "\n".join([self.bank.core.text, *(e.text for e in self.bank.entries())]).strip()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"write_log": self.write_log}
+
+    def load_dict(self, state: dict[str, Any]) -> None:
+        self.write_log = list(state.get("write_log", []))
+
+    def save_state(self, folder: str | Path) -> None:
+        self.bank.save(Path(folder) / BANK_DIR)
+        super().save_state(folder)
+
+    def load_state(self, folder: str | Path) -> None:
+        super().load_state(folder)
+        self.bank = MemoryBank.load(Path(folder) / BANK_DIR, embedder=self.embedder,
+                                    compressor=core_compressor(self.write_model))
