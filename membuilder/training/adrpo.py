@@ -1,0 +1,256 @@
+"""ADRPO: GRPO whose advantage for each memory agent is scaled by its memory type's contribution.
+
+One RL sample is one session (MemBuilder, protocols §2-§3). The dataset holds four rows per
+session, one per agent (``prompts.rl_rows``); TRL draws G completions per row. Then:
+
+1. ``SessionRepeatSampler`` shuffles sessions, not rows, so a session's four agent prompts
+   always land in the same generation batch (and on the same process).
+2. ``SessionReward`` pairs the k-th completion of each of the four agents into rollout k,
+   scores the G rollouts together with a ``CandidateScorer`` (one shared snapshot), and gives
+   each completion its own agent's reward r_a. It also records each completion's attribution
+   weight w (alpha for the agent of the dominant retrieved memory type, 1 otherwise).
+3. TRL normalises rewards within each agent prompt's group of G (``scale_rewards="group"``).
+4. ``ADRPOTrainer._compute_loss`` multiplies those advantages by w before TRL's clipped loss,
+   so the weight scales both PPO terms. With alpha = 1 every w is 1 and the loss is GRPO's.
+
+The trainer never imports the environment: the scorer arrives as an argument.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import zlib
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.utils import RepeatSampler
+
+from membuilder.ops import AGENTS, SEARCHABLE_AGENTS
+from membuilder.training.rewards import CandidateReward, CandidateScorer
+
+# ---- the ADRPO idea, in a few lines -----------------------------------------------------------
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-4) -> torch.Tensor:
+    """GRPO's advantage within each agent prompt's group of G samples (what TRL computes).
+
+        A_i = (r_i - mean_G(r)) / (std_G(r) + eps)     (std with Bessel's correction, as TRL)
+    """
+    grouped = rewards.view(-1, group_size)
+    mean = grouped.mean(dim=1, keepdim=True)
+    std = grouped.std(dim=1, keepdim=True)
+    return ((grouped - mean) / (std + eps)).view(-1)
+
+
+def weight_advantages(advantages: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """ADRPO: A'_i = w_m(i) * A_i, with w = alpha for the dominant memory type's agent, else 1.
+
+    The weight multiplies the advantage, so it scales both terms of the clipped objective:
+        J = E[ sum_m 1/|a_m| sum_k min(w_m rho A, w_m clip(rho, 1-eps, 1+eps) A) ] - beta KL
+    Works for advantages of shape (B,) or (B, T).
+    """
+    weights = weights.to(advantages.dtype)
+    return advantages * (weights if advantages.dim() == 1 else weights.unsqueeze(1))
+
+
+# ---- configuration ------------------------------------------------------------------------------
+
+
+@dataclass
+class ADRPOConfig(GRPOConfig):
+    """``GRPOConfig`` plus the ADRPO options. Every GRPO option (beta, num_generations,
+    temperature, top_p, use_vllm, vllm_mode, ...) keeps its TRL meaning."""
+
+    alpha: float = field(default=4.0, metadata={"help": "Attribution weight of the dominant memory type's agent "
+                                                        "(1 = plain GRPO)."})
+    reward_lambda: float | None = field(default=0.8, metadata={
+        "help": "Length-penalty weight: r_a = 1[valid_a] * r_task * (1 - lambda * l_a). None keeps the scorer's own "
+                "agent_rewards."})
+    reward_density: int = field(default=1, metadata={
+        "help": "d: each session gets the task reward with probability 1/d; the others keep only validity and "
+                "length signals."})
+    max_prompt_tokens: int | None = field(default=None, metadata={
+        "help": "Longest prompt; longer ones lose memory-view entries first, never instructions."})
+
+
+# ---- the sampler --------------------------------------------------------------------------------
+
+
+class SessionRepeatSampler(RepeatSampler):
+    """TRL's ``RepeatSampler`` over sessions: whole sessions (their four adjacent rows) are shuffled.
+
+    Each row is still repeated G times in a row, and each chunk of ``batch_size`` rows (a
+    generation batch) is repeated ``repeat_count`` times, exactly as TRL expects.
+    """
+
+    def __init__(self, session_keys: Sequence[str], mini_repeat_count: int, batch_size: int = 1,
+                 repeat_count: int = 1, shuffle: bool = True, seed: int | None = None):
+        super().__init__(list(range(len(session_keys))), mini_repeat_count, batch_size, repeat_count, shuffle, seed)
+        self.sessions: list[list[int]] = []
+        for i, key in enumerate(session_keys):
+            if self.sessions and session_keys[self.sessions[-1][0]] == key:
+                self.sessions[-1].append(i)
+            else:
+                self.sessions.append([i])
+        sizes = {len(s) for s in self.sessions}
+        if len(sizes) != 1:
+            raise ValueError(f"every session needs the same number of adjacent rows; got sizes {sorted(sizes)} "
+                             "(are the rows of a session adjacent?)")
+        rows = sizes.pop()
+        if batch_size % rows:
+            raise ValueError(f"a generation batch of {batch_size} prompts would split a session of {rows} agent rows; "
+                             f"make generation_batch_size / num_generations a multiple of {rows}")
+
+    def __iter__(self):
+        order = (torch.randperm(len(self.sessions), generator=self.generator).tolist() if self.shuffle
+                 else list(range(len(self.sessions))))
+        rows = [i for s in order for i in self.sessions[s]]
+        chunks = [rows[i:i + self.batch_size] for i in range(0, len(rows), self.batch_size)]
+        for chunk in chunks:
+            if len(chunk) < self.batch_size:
+                continue  # an incomplete last batch is dropped, as in TRL
+            for _ in range(self.repeat_count):
+                for index in chunk:
+                    for _ in range(self.mini_repeat_count):
+                        yield index
+
+
+# ---- the reward -------------------------------------------------------------------------------
+
+
+def _text(completion: Any) -> str:
+    if isinstance(completion, str):
+        return completion
+    return "".join(m.get("content", "") for m in completion if m.get("role") == "assistant")  # conversational
+
+
+class SessionReward:
+    """A TRL reward function: scores each session's G rollouts together and keeps the ADRPO weights.
+
+    After each call ``last_weights`` holds one attribution weight per completion (batch order)
+    and ``last_stats`` the per-batch metrics; the trainer picks both up.
+    """
+
+    __name__ = "session_reward"
+
+    def __init__(self, scorer: CandidateScorer, alpha: float = 4.0, reward_lambda: float | None = 0.8,
+                 reward_density: int = 1, seed: int = 0):
+        if reward_density < 1:
+            raise ValueError(f"reward_density d must be >= 1 (task reward with probability 1/d); got {reward_density}")
+        self.scorer, self.alpha, self.reward_lambda = scorer, alpha, reward_lambda
+        self.reward_density, self.seed = reward_density, seed
+        self.last_weights: list[float] = []
+        self.last_stats: dict[str, float] = {}
+
+    def task_rewarded(self, session_key: str, step: int) -> bool:
+        """Reward density 1/d: a seeded coin per (session, step)."""
+        if self.reward_density == 1:
+            return True
+        rng = random.Random(zlib.crc32(f"{self.seed}|{step}|{session_key}".encode()))
+        return rng.random() < 1.0 / self.reward_density
+
+    def agent_reward(self, c: CandidateReward, agent: str, rewarded: bool) -> float:
+        valid = float(c.valid.get(agent, True))
+        if not rewarded:  # only the validity and length signals remain
+            return valid * (1.0 - (self.reward_lambda or 0.0) * c.length_penalty.get(agent, 0.0))
+        if self.reward_lambda is None:
+            return float(c.agent_rewards[agent])
+        return valid * c.task_reward * (1.0 - self.reward_lambda * c.length_penalty.get(agent, 0.0))
+
+    def __call__(self, prompts, completions, session_key, agent, trainer_state=None, **_) -> list[float]:
+        step = trainer_state.global_step if trainer_state is not None else 0
+        # (session, agent) -> batch positions, in order: position k is that agent's k-th completion.
+        where: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+        for i, (key, a) in enumerate(zip(session_key, agent, strict=True)):
+            where[key][a].append(i)
+        rewards, weights = [0.0] * len(prompts), [1.0] * len(prompts)
+        stats: dict[str, list[float]] = defaultdict(list)
+        started = time.perf_counter()
+        for key, by_agent in where.items():
+            if set(by_agent) != set(AGENTS) or len({len(v) for v in by_agent.values()}) != 1:
+                raise ValueError(f"session {key!r}: the batch holds {({a: len(v) for a, v in by_agent.items()})} "
+                                 f"completions per agent; ADRPO needs all of {AGENTS} with G each in one batch "
+                                 "(use SessionRepeatSampler)")
+            g = len(by_agent[AGENTS[0]])
+            candidates = [{a: _text(completions[by_agent[a][k]]) for a in AGENTS} for k in range(g)]
+            scored = self.scorer.score(key, candidates, alpha=self.alpha)
+            rewarded = self.task_rewarded(key, step)
+            for k, c in enumerate(scored):
+                for a in AGENTS:
+                    i = by_agent[a][k]
+                    rewards[i] = self.agent_reward(c, a, rewarded)
+                    weights[i] = float(c.weights.get(a, 1.0))
+                    stats[f"reward/valid_{a}"].append(float(c.valid.get(a, True)))
+                    stats[f"reward/length_penalty_{a}"].append(float(c.length_penalty.get(a, 0.0)))
+                    stats[f"adrpo/weight_{a}"].append(weights[i])
+                stats["reward/task"].append(float(c.task_reward))
+                stats["reward/task_rewarded"].append(float(rewarded))
+                dominant = c.info.get("dominant") or next((a for a in SEARCHABLE_AGENTS if c.weights.get(a, 1.0) > 1.0), None)
+                for m in SEARCHABLE_AGENTS:
+                    stats[f"adrpo/dominant_{m}"].append(float(dominant == m))
+                stats["adrpo/dominant_none"].append(float(dominant is None))
+        self.last_weights = weights
+        self.last_stats = {name: sum(v) / len(v) for name, v in stats.items()}
+        self.last_stats["adrpo/weight_mean"] = sum(weights) / max(1, len(weights))
+        self.last_stats["time/score"] = time.perf_counter() - started
+        return rewards
+
+
+# ---- the trainer ----------------------------------------------------------------------------------
+
+
+class ADRPOTrainer(GRPOTrainer):
+    """``GRPOTrainer`` with session-grouped sampling and attribution-weighted advantages.
+
+    ``scorer`` scores a session's G candidate actions (see ``membuilder.training.rewards``).
+    The ``train_dataset`` comes from ``prompts.rl_rows``. Extra reward functions may be given
+    through ``reward_funcs``; they are summed with the session reward as in TRL.
+    """
+
+    def __init__(self, model, args: ADRPOConfig, scorer: CandidateScorer, train_dataset, reward_funcs=None,
+                 **kwargs):
+        self.session_reward = SessionReward(scorer, alpha=args.alpha, reward_lambda=args.reward_lambda,
+                                            reward_density=args.reward_density, seed=args.seed)
+        funcs = [self.session_reward] + list(reward_funcs or [])
+        if args.scale_rewards != "group":
+            raise ValueError("ADRPO normalises advantages within each agent prompt's group: keep scale_rewards='group'")
+        super().__init__(model=model, reward_funcs=funcs, args=args, train_dataset=train_dataset, **kwargs)
+        local = args.per_device_train_batch_size * args.steps_per_generation
+        if local % (len(AGENTS) * self.num_generations):
+            raise ValueError(
+                f"per_device_train_batch_size x steps_per_generation = {local} completions per process must hold whole "
+                f"sessions: a multiple of {len(AGENTS)} agents x G={self.num_generations}")
+
+    def _get_train_sampler(self, dataset=None):
+        dataset = self.train_dataset if dataset is None else dataset
+        return SessionRepeatSampler(dataset["session_key"], mini_repeat_count=self.num_generations,
+                                    batch_size=self.args.generation_batch_size // self.num_generations,
+                                    repeat_count=self.num_iterations * self.args.steps_per_generation,
+                                    shuffle=self.shuffle_dataset, seed=self.args.seed)
+
+    def _generate_and_score_completions(self, inputs):
+        mode = "train" if self.model.training else "eval"
+        started = time.perf_counter()
+        output = super()._generate_and_score_completions(inputs)
+        elapsed = time.perf_counter() - started
+        weights = self.session_reward.last_weights
+        if len(weights) != len(output["advantages"]):
+            raise RuntimeError(f"{len(weights)} ADRPO weights for {len(output['advantages'])} completions")
+        output["adrpo_weights"] = torch.tensor(weights, dtype=torch.float32, device=output["advantages"].device)
+        stats = dict(self.session_reward.last_stats)
+        tokens = float(output["completion_mask"].sum().item())
+        stats["time/generate"] = max(0.0, elapsed - stats.get("time/score", 0.0))
+        stats["time/tokens_per_s"] = tokens / max(stats["time/generate"], 1e-9)
+        for name, value in stats.items():
+            self._metrics[mode][name].append(value)
+        return output
+
+    def _compute_loss(self, model, inputs):
+        if "adrpo_weights" in inputs:
+            inputs = {**inputs, "advantages": weight_advantages(inputs["advantages"], inputs["adrpo_weights"])}
+        return super()._compute_loss(model, inputs)

@@ -1,0 +1,161 @@
+"""Expert trajectories for SFT: what an expert wrote for every session and agent, as chat rows.
+
+A trajectory walks a conversation session by session. Before each session the expert's own
+memory (its snapshot) gives the observation every agent sees: the session text, its date, the
+Core block and the top-``view_k`` entries of the agent's own type for the session text. The
+observation is rendered with ``membuilder.agents.constructor.render_prompt`` (the very prompts
+the policy sees at inference and in RL), the expert's output becomes the assistant turn, and
+the four outputs are applied to the expert's bank before the next session.
+
+Who the expert is stays open: a ``Writer`` maps an observation to the four raw outputs.
+
+* ``outputs_writer(table)`` replays outputs known in advance (the world oracle's, keyed by
+  session): no model, exact, free.
+* ``policy_writer(model)`` asks any ``ChatModel`` (a strong API model, a local one) to play
+  the four agents.
+
+``build_trajectory(..., jsonl=path)`` appends one JSON line per session as it goes; run it
+again on the same file and the sessions already there are replayed into the bank instead of
+asked again, so an interrupted LLM run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from membuilder.agents.constructor import render_prompt
+from membuilder.ops import AGENTS
+
+# An observation -> {agent: raw output}.
+Writer = Callable[[Mapping[str, Any]], Mapping[str, str]]
+
+
+@dataclass(frozen=True)
+class SessionText:
+    """One session as the memory agents read it."""
+
+    key: str  # stable and unique within the run, e.g. "<user>/<session id>"
+    time: str | None
+    text: str
+
+
+def observe(bank, session: SessionText, view_k: int = 20) -> dict[str, Any]:
+    """The construction observation of ``session`` from ``bank`` (same keys as ``MemoryGym-v0``)."""
+    obs: dict[str, Any] = {"session": session.text, "session_time": session.time,
+                           "core": bank.core.text, "core_usage": bank.core.usage}
+    for agent in AGENTS[1:]:
+        obs[agent] = [h.entry.text for h in bank.view(agent, session.text, k=view_k)]
+    return obs
+
+
+def outputs_writer(table: Mapping[str, Mapping[str, str]]) -> Callable[[SessionText, Mapping[str, Any]], Mapping[str, str]]:
+    """A writer that returns precomputed outputs (session key -> agent -> text)."""
+
+    def write(session: SessionText, obs: Mapping[str, Any]) -> Mapping[str, str]:
+        if session.key not in table:
+            raise KeyError(f"no expert outputs for session {session.key!r}")
+        return table[session.key]
+
+    return write
+
+
+def policy_writer(model, max_new_tokens: int = 768, temperature: float = 0.0):
+    """A writer backed by any ``ChatModel`` playing the four agents (greedy by default)."""
+    from membuilder.agents.constructor import MemBuilderPolicy
+    from membuilder.llm.base import Sampling
+
+    policy = MemBuilderPolicy(model, Sampling(temperature=temperature, max_new_tokens=max_new_tokens))
+    return lambda session, obs: policy.act(obs)
+
+
+def _read_done(path: Path) -> dict[str, dict[str, Any]]:
+    done: dict[str, dict[str, Any]] = {}
+    if not path.exists():
+        return done
+    with path.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                # A line cut by a kill mid-write: everything before it is kept, it is redone.
+                break
+            if "key" not in record or "outputs" not in record:
+                raise ValueError(f"{path}:{n}: not a trajectory record (needs 'key' and 'outputs')")
+            done[record["key"]] = record
+    return done
+
+
+def build_trajectory(sessions: Sequence[SessionText], write, bank, *, view_k: int = 20,
+                     jsonl: str | Path | None = None, source: str = "expert") -> list[dict[str, Any]]:
+    """Walk ``sessions`` in order with the expert ``write(session, obs)``; one record per session.
+
+    Each record: ``{"key", "time", "source", "observation", "outputs"}``. ``bank`` is the
+    expert's memory (empty at the start of a conversation) and is left holding the expert's
+    memory after the last session.
+    """
+    path = Path(jsonl) if jsonl is not None else None
+    done = _read_done(path) if path is not None else {}
+    records = []
+    out = path.open("a", encoding="utf-8") if path is not None else None
+    try:
+        for session in sessions:
+            obs = observe(bank, session, view_k)
+            if session.key in done:
+                outputs = done[session.key]["outputs"]
+            else:
+                outputs = {a: str(write(session, obs)[a]) for a in AGENTS}
+            record = {"key": session.key, "time": session.time, "source": source,
+                      "observation": obs, "outputs": dict(outputs)}
+            if out is not None and session.key not in done:
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+                out.flush()
+                os.fsync(out.fileno())
+            for agent in AGENTS:  # all four answered from the same snapshot; only now apply
+                bank.apply(agent, outputs[agent], time=session.time, session=session.key)
+            records.append(record)
+    finally:
+        if out is not None:
+            out.close()
+    return records
+
+
+def sft_rows(records: Iterable[Mapping[str, Any]], agents: Sequence[str] = AGENTS) -> list[dict[str, Any]]:
+    """One chat row per (session, agent): the agent's prompt, then the expert's output as the assistant turn."""
+    rows = []
+    for r in records:
+        for agent in agents:
+            messages = render_prompt(agent, r["observation"]) + [{"role": "assistant", "content": r["outputs"][agent]}]
+            rows.append({"messages": messages, "session_key": r["key"], "agent": agent,
+                         "source": r.get("source", "expert")})
+    return rows
+
+
+def to_dataset(rows: Sequence[Mapping[str, Any]]):
+    """A ``datasets.Dataset`` of the rows (columns ``messages``, ``session_key``, ``agent``, ``source``)."""
+    from datasets import Dataset
+
+    return Dataset.from_list([dict(r) for r in rows])
+
+
+def write_jsonl(rows: Iterable[Mapping[str, Any]], path: str | Path) -> Path:
+    """Write rows as JSON lines atomically (a temporary file renamed into place)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(dict(row), ensure_ascii=False) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    with Path(path).open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]

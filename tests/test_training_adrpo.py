@@ -1,0 +1,237 @@
+"""ADRPO trainer mechanics on a tiny random Llama and a byte-level tokenizer built in memory."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("trl")
+torch.set_num_threads(1)
+
+from datasets import Dataset  # noqa: E402
+from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+
+from membuilder.ops import AGENTS, SEARCHABLE_AGENTS  # noqa: E402
+from membuilder.training.adrpo import (  # noqa: E402
+    ADRPOConfig,
+    ADRPOTrainer,
+    SessionRepeatSampler,
+    SessionReward,
+    group_advantages,
+    weight_advantages,
+)
+from membuilder.training.format_scorer import FormatScorer  # noqa: E402
+from membuilder.training.prompts import fit_prompt, rl_rows, token_counter  # noqa: E402
+from membuilder.training.rewards import CandidateReward  # noqa: E402
+from membuilder.training.tiny import byte_tokenizer, tiny_llama  # noqa: E402
+
+SESSIONS = {"s1": "user: I moved to Lyon last week.", "s2": "user: I adopted a cat named Luna.",
+            "s3": "user: I now run every morning before work."}
+
+
+def letter_share(text: str) -> float:
+    return sum(c.isascii() and c.isalpha() for c in text) / max(1, len(text))
+
+
+class LengthScorer(FormatScorer):
+    """A real scorer of raw outputs for mechanics tests: random text is never valid JSON, so the
+    reward is the share of ASCII letters in each output, and the dominant memory type is the
+    searchable agent that wrote the most characters (it gets alpha)."""
+
+    def score(self, session_key, candidates, alpha=4.0):
+        out = []
+        for cand in candidates:
+            fill = {a: letter_share(cand[a]) for a in AGENTS}
+            dominant = max(SEARCHABLE_AGENTS, key=lambda a: (len(cand[a]), a))
+            weights = {a: (alpha if a == dominant else 1.0) for a in AGENTS}
+            out.append(CandidateReward(agent_rewards=fill, weights=weights, task_reward=1.0,
+                                       valid=dict.fromkeys(AGENTS, True), length_penalty=dict.fromkeys(AGENTS, 0.0),
+                                       info={"dominant": dominant}))
+        return out
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return byte_tokenizer()
+
+
+def _args(tmp_path, **kw):
+    base = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False, gradient_checkpointing=False, report_to="none",
+                per_device_train_batch_size=8, num_generations=2, max_completion_length=12, max_steps=2,
+                logging_steps=1, learning_rate=5e-3, save_strategy="no", seed=0, temperature=1.0,
+                reward_lambda=None, max_prompt_tokens=400)
+    base.update(kw)
+    return ADRPOConfig(**base)
+
+
+def _trainer(tokenizer, tmp_path, scorer=None, **kw):
+    scorer = scorer or LengthScorer.from_texts(SESSIONS)
+    args = _args(tmp_path, **kw)
+    rows = rl_rows(scorer.session_keys(), scorer.observation, token_counter(tokenizer), args.max_prompt_tokens)
+    model = tiny_llama(tokenizer)
+    if args.beta:  # TRL builds the KL reference from the policy's path
+        model.save_pretrained(tmp_path / "tiny")
+        model = type(model).from_pretrained(tmp_path / "tiny")
+    trainer = ADRPOTrainer(model=model, args=args, scorer=scorer,
+                           train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
+    trainer.current_gradient_accumulation_steps = 1  # set by train(); needed to call _compute_loss directly
+    return trainer
+
+
+def test_weighting_arithmetic_on_a_hand_computed_batch():
+    # two agent prompts, G = 4: rewards [1, 0, 0, 1] and [0.5, 0.5, 0.5, 1.0]
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.5, 0.5, 0.5, 1.0])
+    adv = group_advantages(rewards, 4)
+    s1 = (4 * 0.25 / 3) ** 0.5  # sample std of [1, 0, 0, 1]: sqrt(sum of 4 x 0.5^2 / 3)
+    s2 = (3 * 0.125**2 + 0.375**2) ** 0.5 / 3**0.5
+    expected = torch.tensor([0.5 / s1, -0.5 / s1, -0.5 / s1, 0.5 / s1,
+                             -0.125 / s2, -0.125 / s2, -0.125 / s2, 0.375 / s2])
+    assert torch.allclose(adv, expected, atol=1e-3)
+    weights = torch.tensor([4.0, 1.0, 1.0, 4.0, 1.0, 1.0, 1.0, 1.0])
+    assert torch.allclose(weight_advantages(adv, weights), adv * weights)
+    per_token = adv.unsqueeze(1).repeat(1, 3)
+    assert torch.allclose(weight_advantages(per_token, weights), (adv * weights).unsqueeze(1).repeat(1, 3))
+
+
+def test_sampler_keeps_the_four_agents_of_a_session_in_one_generation_batch():
+    keys = [k for k in ("a", "b", "c", "d", "e", "f") for _ in AGENTS]
+    sampler = SessionRepeatSampler(keys, mini_repeat_count=2, batch_size=8, repeat_count=1, seed=3)
+    order = list(sampler)
+    assert len(order) == len(sampler) == 6 * 4 * 2
+    for start in range(0, len(order), 16):  # one generation batch = 8 rows x G
+        batch = order[start:start + 16]
+        sessions = {keys[i] for i in batch}
+        assert len(sessions) == 2
+        for s in sessions:
+            rows = [i for i in batch if keys[i] == s]
+            assert len(rows) == 8 and len(set(rows)) == 4  # all four agents, G each
+    firsts = [keys[order[i]] for i in range(0, len(order), 8)]
+    assert firsts != ["a", "b", "c", "d", "e", "f"]  # sessions are shuffled
+    with pytest.raises(ValueError, match="split a session"):
+        SessionRepeatSampler(keys, mini_repeat_count=2, batch_size=6)
+
+
+def test_rollout_k_pairs_the_kth_completion_of_each_agent():
+    seen = []
+
+    class Recording(LengthScorer):
+        def score(self, session_key, candidates, alpha=4.0):
+            seen.append((session_key, candidates))
+            return super().score(session_key, candidates, alpha)
+
+    reward = SessionReward(Recording.from_texts(SESSIONS), alpha=4.0, reward_lambda=None)
+    keys, agents, completions = [], [], []
+    for agent in AGENTS:
+        for k in range(2):
+            keys.append("s1")
+            agents.append(agent)
+            completions.append([{"role": "assistant", "content": f"{agent}-{k}" + "x" * (k * 10)}])
+    rewards = reward(prompts=[None] * 8, completions=completions, session_key=keys, agent=agents)
+    (key, cands), = seen
+    assert key == "s1" and [c["core"] for c in cands] == ["core-0", "core-1" + "x" * 10]
+    assert all(c[a].startswith(f"{a}-{k}") for k, c in enumerate(cands) for a in AGENTS)
+    assert rewards[0] == pytest.approx(4 / 6) and rewards[1] == pytest.approx(14 / 16)
+    # dominant in both rollouts: procedural (longest name); its completions carry alpha
+    assert reward.last_weights == [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 4.0, 4.0]
+    assert reward.last_stats["adrpo/dominant_procedural"] == 1.0
+
+
+def test_reward_density_keeps_only_validity_and_length_for_unrewarded_sessions():
+    reward = SessionReward(LengthScorer.from_texts(SESSIONS), reward_density=4, reward_lambda=0.8, seed=1)
+    share = sum(reward.task_rewarded(f"s{i}", step) for i in range(50) for step in range(20)) / 1000
+    assert 0.2 < share < 0.3
+    c = CandidateReward(agent_rewards={}, weights={}, task_reward=0.25, valid={"core": True, "episodic": False},
+                        length_penalty={"core": 0.5, "episodic": 0.0})
+    assert reward.agent_reward(c, "core", rewarded=True) == pytest.approx(0.25 * (1 - 0.4))
+    assert reward.agent_reward(c, "core", rewarded=False) == pytest.approx(1 - 0.4)
+    assert reward.agent_reward(c, "episodic", rewarded=False) == 0.0
+    dense = SessionReward(LengthScorer.from_texts(SESSIONS), reward_density=1)
+    assert all(dense.task_rewarded("s1", step) for step in range(10))
+
+
+def test_prompt_truncation_drops_memory_entries_not_instructions(tokenizer):
+    obs = {"session": "user: hello", "session_time": "2024-01-01", "core": "Name: Ana",
+           "semantic": [f"Fact {i}: " + "detail " * 20 for i in range(20)]}
+    length = token_counter(tokenizer)
+    full = fit_prompt("semantic", obs, length, None)
+    short = fit_prompt("semantic", obs, length, length(full) - 300)
+    assert length(short) <= length(full) - 300
+    assert "Fact 0:" in short[1]["content"] and "Fact 19:" not in short[1]["content"]
+    tail = full[1]["content"][-200:]  # the output instructions at the end survive
+    assert short[1]["content"].endswith(tail)
+
+
+GRPO_FIELDS = ("output_dir", "use_cpu", "bf16", "gradient_checkpointing", "report_to", "per_device_train_batch_size",
+               "num_generations", "max_completion_length", "learning_rate", "seed", "temperature", "beta", "epsilon",
+               "loss_type", "scale_rewards")
+
+
+def test_alpha_one_equals_grpo_loss_on_the_same_batch(tokenizer, tmp_path):
+    for beta in (0.0, 0.02):
+        trainer = _trainer(tokenizer, tmp_path / f"a1-{beta}", alpha=1.0, beta=beta)
+        grpo = GRPOTrainer(model=trainer.model, reward_funcs=[lambda completions, **_: [0.0] * len(completions)],
+                           args=GRPOConfig(**{k: getattr(trainer.args, k) for k in GRPO_FIELDS}),
+                           train_dataset=trainer.train_dataset, processing_class=tokenizer)
+        grpo.current_gradient_accumulation_steps = 1
+        batch = next(iter(trainer.get_train_dataloader()))
+        trainer.model.train()
+        out = trainer._generate_and_score_completions(batch)
+        assert torch.all(out["adrpo_weights"] == 1.0)
+        assert out["advantages"].abs().sum() > 0
+        if beta:
+            assert "ref_per_token_logps" in out
+        grpo.model.train()
+        assert torch.equal(trainer._compute_loss(trainer.model, out), grpo._compute_loss(grpo.model, out))
+
+
+def test_alpha_scales_the_loss_through_the_advantages(tokenizer, tmp_path):
+    trainer = _trainer(tokenizer, tmp_path, alpha=4.0)
+    trainer.model.train()
+    out = trainer._generate_and_score_completions(next(iter(trainer.get_train_dataloader())))
+    weights = out["adrpo_weights"]
+    assert set(weights.tolist()) == {1.0, 4.0}
+    # TRL's advantages are the per-agent-prompt group normalisation of the session rewards
+    rewards = torch.tensor(list(trainer._logs["rewards"]["session_reward"]))
+    assert torch.allclose(out["advantages"], group_advantages(rewards, 2), atol=1e-5)
+
+    def grads(loss_fn):
+        trainer.model.zero_grad()
+        loss = loss_fn()
+        loss.backward()
+        return loss.detach(), torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None])
+
+    weighted = grads(lambda: trainer._compute_loss(trainer.model, out))
+    by_hand = grads(lambda: GRPOTrainer._compute_loss(trainer, trainer.model,
+                                                      {**out, "advantages": out["advantages"] * weights}))
+    plain = grads(lambda: GRPOTrainer._compute_loss(trainer, trainer.model, out))
+    assert torch.equal(weighted[0], by_hand[0]) and torch.equal(weighted[1], by_hand[1])
+    assert not torch.allclose(weighted[1], plain[1])  # the dominant agent's gradient is scaled by alpha
+
+
+def test_two_adrpo_steps_change_the_weights_and_log_stable_metrics(tokenizer, tmp_path):
+    trainer = _trainer(tokenizer, tmp_path)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    changed = [n for n, p in trainer.model.named_parameters() if not torch.equal(before[n], p)]
+    assert changed
+    logs = trainer.state.log_history[0]
+    for name in ["reward/task", "adrpo/weight_mean", "time/generate", "time/score", "time/tokens_per_s",
+                 *(f"reward/valid_{a}" for a in AGENTS), *(f"reward/length_penalty_{a}" for a in AGENTS),
+                 *(f"adrpo/dominant_{m}" for m in SEARCHABLE_AGENTS)]:
+        assert name in logs, name
+    assert logs["adrpo/weight_mean"] > 1.0
+
+
+def test_resume_from_a_checkpoint(tokenizer, tmp_path):
+    trainer = _trainer(tokenizer, tmp_path, save_strategy="steps", save_steps=1, max_steps=2)
+    trainer.train()
+    checkpoint = tmp_path / "checkpoint-2"
+    assert (checkpoint / "trainer_state.json").exists()
+    again = _trainer(tokenizer, tmp_path, save_strategy="no", max_steps=3)
+    again.train(resume_from_checkpoint=str(checkpoint))
+    assert again.state.global_step == 3
+
+
+def test_batch_that_would_split_a_session_is_refused(tokenizer, tmp_path):
+    with pytest.raises(ValueError, match="whole sessions|split a session"):
+        _trainer(tokenizer, tmp_path, per_device_train_batch_size=6, num_generations=2)
