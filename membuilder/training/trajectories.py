@@ -73,23 +73,28 @@ def policy_writer(model, max_new_tokens: int = 768, temperature: float = 0.0):
     return lambda session, obs: policy.act(obs)
 
 
-def _read_done(path: Path) -> dict[str, dict[str, Any]]:
+def _read_done(path: Path) -> tuple[dict[str, dict[str, Any]], int]:
+    """Records already written, and the byte length of the file's intact part."""
     done: dict[str, dict[str, Any]] = {}
+    good = 0
     if not path.exists():
-        return done
-    with path.open(encoding="utf-8") as f:
+        return done, good
+    with path.open("rb") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
+                good += len(line)
                 continue
             try:
                 record = json.loads(line)
-            except json.JSONDecodeError:
-                # A line cut by a kill mid-write: everything before it is kept, it is redone.
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                break  # a line cut by a kill mid-write: it and anything after it are redone
+            if not line.endswith(b"\n"):
                 break
             if "key" not in record or "outputs" not in record:
                 raise ValueError(f"{path}:{n}: not a trajectory record (needs 'key' and 'outputs')")
             done[record["key"]] = record
-    return done
+            good += len(line)
+    return done, good
 
 
 def build_trajectory(sessions: Sequence[SessionText], write, bank, *, view_k: int = 20,
@@ -101,16 +106,21 @@ def build_trajectory(sessions: Sequence[SessionText], write, bank, *, view_k: in
     memory after the last session.
     """
     path = Path(jsonl) if jsonl is not None else None
-    done = _read_done(path) if path is not None else {}
+    done, good = _read_done(path) if path is not None else ({}, 0)
     records = []
-    out = path.open("a", encoding="utf-8") if path is not None else None
+    out = None
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        out = path.open("a", encoding="utf-8")
+        out.truncate(good)  # drop a half-written last line left by a killed run
     try:
         for session in sessions:
             obs = observe(bank, session, view_k)
             if session.key in done:
                 outputs = done[session.key]["outputs"]
             else:
-                outputs = {a: str(write(session, obs)[a]) for a in AGENTS}
+                written = write(session, obs)
+                outputs = {a: str(written[a]) for a in AGENTS}
             record = {"key": session.key, "time": session.time, "source": source,
                       "observation": obs, "outputs": dict(outputs)}
             if out is not None and session.key not in done:

@@ -1,0 +1,143 @@
+"""Expert trajectories from the world oracle, SFT with assistant-only loss, saving for inference."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("trl")
+torch.set_num_threads(1)
+
+from membuilder.ops import AGENTS, parse  # noqa: E402
+from membuilder.training.chat_templates import ensure_generation_markers  # noqa: E402
+from membuilder.training.trajectories import (  # noqa: E402
+    SessionText,
+    build_trajectory,
+    read_jsonl,
+    sft_rows,
+    to_dataset,
+    write_jsonl,
+)
+from membuilder.training.tiny import byte_tokenizer, tiny_llama  # noqa: E402
+from train.common import oracle_outputs, user_sessions, world_expert_records  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def world():
+    from memgym_env.world import generate_world, load_config
+
+    return generate_world(load_config("configs/env/base.yaml", overrides={"num_users": 2, "num_periods": 2}))
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    from membuilder.llm.embedders import load_embedder
+
+    return load_embedder("minilm")
+
+
+def test_oracle_dataset_renders_the_policy_prompts_on_the_expert_snapshot(world, embedder):
+    from membuilder.agents.constructor import render_prompt
+
+    records = world_expert_records(world, [0], embedder, limit=6)
+    assert len(records) == 6
+    first, later = records[0]["observation"], records[-1]["observation"]
+    assert first["core"] == "" and first["semantic"] == []  # empty memory before the first session
+    assert later["core"] and later["semantic"]  # the expert's own writes show up in later views
+    rows = sft_rows(records)
+    assert [r["agent"] for r in rows[:4]] == list(AGENTS)
+    last = rows[-1]
+    assert last["messages"][:-1] == render_prompt("procedural", later)
+    assert last["messages"][-1]["role"] == "assistant"
+    for r in rows:
+        assert parse(r["agent"], r["messages"][-1]["content"]).valid
+    expected = oracle_outputs(world[0], "u000")[records[2]["key"]]
+    assert rows[2 * 4 + 2]["messages"][-1]["content"] == expected["semantic"]
+    ds = to_dataset(rows)
+    assert ds.column_names == ["messages", "session_key", "agent", "source"] and len(ds) == 24
+
+
+def test_llm_expert_trajectory_resumes_from_its_jsonl(world, embedder, tmp_path):
+    from membuilder.memory.bank import MemoryBank
+
+    sessions = user_sessions(world[1], "u001", limit=4)
+    calls = []
+
+    def expert(session: SessionText, obs):  # a writer that records which sessions it was asked about
+        calls.append(session.key)
+        return oracle_outputs(world[1], "u001")[session.key]
+
+    path = tmp_path / "traj.jsonl"
+    build_trajectory(sessions[:2], expert, MemoryBank(embedder), jsonl=path)
+    with path.open("a") as f:
+        f.write('{"key": "cut mid-wri')  # a line left by a killed run
+    resumed = build_trajectory(sessions, expert, MemoryBank(embedder), jsonl=path)
+    assert calls == [s.key for s in sessions[:2]] + [s.key for s in sessions[2:]]
+    fresh = build_trajectory(sessions, expert, MemoryBank(embedder))
+    assert [r["observation"] for r in resumed] == [r["observation"] for r in fresh]
+    out = write_jsonl(sft_rows(resumed), tmp_path / "sft.jsonl")
+    assert len(read_jsonl(out)) == 16 and json.loads(out.read_text().splitlines()[0])["agent"] == "core"
+
+
+def test_generation_markers_mask_only_the_assistant_turn():
+    tok = byte_tokenizer()
+    plain = tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False)
+    assert ensure_generation_markers(tok) == "chatml"
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": '{"operations": []}'}]
+    enc = tok.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+    kept = [t for t, m in zip(enc["input_ids"], enc["assistant_masks"], strict=True) if m]
+    assert tok.decode(kept) == '{"operations": []}<|im_end|>'
+    assert tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True,
+                                   tokenize=False) == plain
+
+
+def _sft(tmp_path, rows, peft=None, **kw):
+    from trl import SFTConfig
+
+    from membuilder.training.sft import build_sft_trainer
+
+    tok = byte_tokenizer()
+    options = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False, gradient_checkpointing=False,
+                   report_to="none", per_device_train_batch_size=2, max_steps=2, learning_rate=1e-2,
+                   assistant_only_loss=True, max_length=2048, save_strategy="no", logging_steps=1, seed=0)
+    args = SFTConfig(**{**options, **kw})
+    return build_sft_trainer(tiny_llama(tok), tok, to_dataset(rows), args, peft_config=peft), tok
+
+
+@pytest.fixture(scope="module")
+def small_rows(world, embedder):
+    return sft_rows(world_expert_records(world, [0], embedder, limit=2))
+
+
+def test_two_sft_steps_change_the_weights_and_resume(small_rows, tmp_path):
+    trainer, _ = _sft(tmp_path, small_rows, save_strategy="steps", save_steps=1)
+    labels = trainer.get_train_dataloader().__iter__().__next__()
+    assert "assistant_masks" in labels or (labels["labels"] == -100).any()
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    assert any(not torch.equal(before[n], p) for n, p in trainer.model.named_parameters())
+    again, _ = _sft(tmp_path, small_rows, max_steps=3)
+    again.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    assert again.state.global_step == 3
+
+
+def test_lora_sft_saves_an_adapter_and_a_merged_model_the_backend_loads(small_rows, tmp_path):
+    from membuilder.llm import load_chat_model
+    from membuilder.llm.base import Sampling
+    from membuilder.training.checkpoints import save_policy
+    from membuilder.training.sft import lora_config
+
+    trainer, tok = _sft(tmp_path, small_rows, peft=lora_config(r=4, alpha=8))
+    lora = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
+    assert lora and all("lora" in n for n in lora)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    trainer.train()
+    assert any(not torch.equal(before[n], p) for n, p in trainer.model.named_parameters() if n in before)
+    paths = save_policy(trainer.model, tok, tmp_path / "policy")
+    assert (tmp_path / "policy" / "adapter" / "adapter_config.json").exists()
+    model = load_chat_model({"model": paths["merged"], "backend": "transformers"})
+    out = model.generate([[{"role": "user", "content": "hi"}]], Sampling(max_new_tokens=4))
+    assert len(out) == 1
