@@ -16,6 +16,8 @@ import sys
 COMMANDS: dict[str, str] = {
     "demo": "demo",
     "eval": "eval",
+    "evaluate": "evaluate",
+    "report": "report",
     "serve": "serve",
     "world": "world",
 }

@@ -38,6 +38,14 @@ def parse_answer(text: Any, n_choices: int) -> int | None:
     return value - 1 if value is not None and 1 <= value <= n_choices else None
 
 
+def choice_or_random(text: Any, n_choices: int, key: str) -> tuple[int, bool]:
+    """(0-based choice, parsed): an unparseable answer is a random choice seeded by ``key`` (AMemGym)."""
+    choice = parse_answer(text, n_choices)
+    if choice is not None:
+        return choice, True
+    return random.Random(f"memgym-answer-{key}").randrange(n_choices), False
+
+
 def render_choices(question: str, choices: list[str]) -> str:
     return question + "\n" + "\n".join(f"{i}. {c}" for i, c in enumerate(choices, 1))
 
@@ -257,11 +265,7 @@ class InteractiveEnv(gym.Env):
 
     def _examine(self, action: str) -> tuple[float, dict[str, Any]]:
         it = self.items[self.item_idx]
-        choice = parse_answer(action, len(it.choices))
-        parsed = choice is not None
-        if not parsed:  # unparseable: a seeded random choice (AMemGym), flagged
-            rng = random.Random(f"memgym-answer-{self.seed_used}-{self.user.id}-{self.period}-{it.id}")
-            choice = rng.randrange(len(it.choices))
+        choice, parsed = choice_or_random(action, len(it.choices), f"{self.seed_used}-{self.user.id}-{self.period}-{it.id}")
         correct = choice == it.correct
         answer = {"id": it.id, "kind": KINDS[it.kind], "choice": choice, "parsed": parsed,
                   "correct_index": it.correct, "correct": correct, "n_choices": len(it.choices)}

@@ -104,6 +104,7 @@ class ChatAssistant:
         self.context_tokens = context_tokens
         self.user_id: str | None = None
         self.session: list[Message] = []  # the open session's turns, until ``observe`` closes it
+        self.answer_purpose = "answer"  # usage-ledger stage of ``answer`` (the upper bound books its own)
         self._reset_memory()
 
     # ---- hooks ---------------------------------------------------------------------------
@@ -164,7 +165,7 @@ class ChatAssistant:
         return [json.dumps({"answer": best_option(s) + 1}) for s in scores]
 
     def answer(self, items: Sequence[ChoiceItem], time: str) -> list[str]:
-        return self._choose(items, time, "answer")
+        return self._choose(items, time, self.answer_purpose)
 
     def probe(self, items: Sequence[ChoiceItem], time: str) -> list[str]:
         return self._choose(items, time, "probe")

@@ -1,0 +1,73 @@
+"""``memgym evaluate``: play assistants through MemoryGym-Interactive-v0 and score their memory."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+
+HELP = "Evaluate assistants on a user world with simulated users (resumable; --replay for off-policy)."
+
+EXAMPLES = """examples:
+  memgym world generate --config configs/env/base.yaml --set num_users=2 --set num_periods=3 --out world.json
+  memgym evaluate --world world.json --assistant native --model smollm2-135m --out runs/native
+  memgym evaluate --world world.json --assistant native,rag,awe,awi,membuilder,oracle --out runs/all
+  memgym evaluate --world world.json --assistant rag --replay runs/native --out runs/rag-off
+  memgym evaluate --world world.json --assistant awi --evolve complete --out runs/awi-evolve
+  memgym report runs/all/* runs/rag-off
+
+Run the same command again to resume after the last finished period of each user.
+Each run folder gets results.json, report.txt and plots/ (memory score, failures by cause).
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from memgym_env.interactive_runner import RunConfig
+
+    choices = {"simulator": ("template", "llm"), "evolve": ("none", "question-only", "complete")}
+    for f in dataclasses.fields(RunConfig):
+        flag = "--" + f.name.replace("_", "-")
+        required = f.default is dataclasses.MISSING
+        help_text = f.metadata.get("help", "")
+        if f.type in (bool, "bool"):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=help_text)
+            continue
+        kind = int if f.type in (int, "int", "int | None") else str
+        parser.add_argument(flag, type=kind, required=required, choices=choices.get(f.name),
+                            default=None if required else f.default,
+                            help=help_text + ("" if required or f.default is None else f" (default: {f.default})"))
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from membuilder.agents.assistants import ASSISTANTS, NEEDS_EMBEDDER
+    from membuilder.llm import load_chat_model
+    from memgym_env.interactive_results import compare
+    from memgym_env.interactive_runner import RunConfig, evaluate_one
+    from memgym_env.world import read_world
+
+    names = [n.strip() for n in args.assistant.split(",") if n.strip()]
+    unknown = [n for n in names if n not in ASSISTANTS]
+    if unknown or not names:
+        raise ValueError(f"--assistant: unknown {unknown or args.assistant!r}; choose from {', '.join(ASSISTANTS)}")
+    fields = {f.name for f in dataclasses.fields(RunConfig)}
+    base = {k: v for k, v in vars(args).items() if k in fields}
+    world = read_world(args.world)
+    if args.threads:
+        os.environ["MEMGYM_TORCH_THREADS"] = str(args.threads)
+    model = load_chat_model(args.model, threads=args.threads) if args.threads else load_chat_model(args.model)
+    embedder = None
+    if any(n in NEEDS_EMBEDDER for n in names):
+        from membuilder.llm.embedders import load_embedder
+
+        embedder = load_embedder(args.embedder)
+    checker = load_chat_model(args.checker) if args.checker else None
+    upper_cache: dict = {}  # the upper bound depends on the model and world only: shared by the runs
+    outs = []
+    for name in names:
+        out = args.out if len(names) == 1 else str(Path(args.out) / name)
+        evaluate_one(RunConfig(**(base | {"assistant": name, "out": out})), world, model, embedder, upper_cache, checker=checker)
+        outs.append(out)
+    print(compare(outs, plots=Path(args.out) / "plots" if len(names) > 1 else None))
+    return 0

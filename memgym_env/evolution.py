@@ -1,0 +1,68 @@
+"""Self-evolution of an assistant's memory policy (AMemGym, protocols §4).
+
+After each period, a model rewrites the "what to remember" section (``assistant.guide``) of an
+assistant's memory-update prompt from feedback on that period's questions:
+
+* ``question-only``: the questions asked;
+* ``complete``: each question, its numbered choices, the answer given, the right answer, and the
+  period's state updates.
+
+The answer given is labelled with the number and text of the option the assistant chose (the
+published code shows the neighbouring option: an off-by-one between 0-based choices and 1-based
+numbers). Compare runs with ``--evolve none`` and with a mode (``memgym report``): memory score
+and factual recall per period are the cycles of the loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+MODES = ("none", "question-only", "complete")
+MAX_GUIDE_CHARS = 1200  # a rambling rewrite must not swamp the memory prompt
+
+
+def can_evolve(assistant: Any) -> bool:
+    return isinstance(getattr(assistant, "guide", None), str)
+
+
+def feedback_text(mode: str, questions: Sequence[Mapping[str, Any]], updates: Mapping[str, tuple[str | None, str]]) -> str:
+    """``questions``: {question, choices, choice (0-based, given), correct_index}; ``updates``:
+    readable variable title -> (old text or None, new text)."""
+    if mode not in MODES[1:]:
+        raise ValueError(f"evolution mode {mode!r}: expected one of {MODES[1:]}")
+    lines = []
+    for i, q in enumerate(questions, 1):
+        lines.append(f"Question {i}: {q['question']}")
+        if mode == "complete":
+            lines += [f"  {k}. {c}" for k, c in enumerate(q["choices"], 1)]
+            given, right = q["choice"], q["correct_index"]
+            lines.append(f"  Answer given: {given + 1}. {q['choices'][given]}")
+            lines.append(f"  Right answer: {right + 1}. {q['choices'][right]}")
+    if mode == "complete" and updates:
+        lines.append("What changed in the user's life this period:")
+        lines += [f"- {title}: {new}" + (f" (before: {old})" if old else "") for title, (old, new) in updates.items()]
+    return "\n".join(lines)
+
+
+def rewrite_guide(model, guide: str, feedback: str, max_new_tokens: int = 120) -> str:
+    """The model's new guide; its old one when the reply is empty."""
+    from membuilder import prompts
+    from membuilder.agents.assistant import bound
+    from membuilder.llm.base import Sampling
+
+    prompt = prompts.render("evolve_guide", guide=guide, feedback=feedback)
+    out = bound(model, "evolve").generate([[{"role": "user", "content": prompt}]],
+                                          Sampling(temperature=0.0, max_new_tokens=max_new_tokens))[0].text
+    new = " ".join(out.strip().strip('"').split())[:MAX_GUIDE_CHARS]
+    return new or guide
+
+
+def evolve(assistant: Any, model, mode: str, questions: Sequence[Mapping[str, Any]],
+           updates: Mapping[str, tuple[str | None, str]]) -> dict[str, Any] | None:
+    """Rewrite ``assistant.guide`` in place; returns the record of the change (None: nothing to do)."""
+    if mode == "none" or not can_evolve(assistant):
+        return None
+    before = assistant.guide
+    assistant.guide = rewrite_guide(model, before, feedback_text(mode, questions, updates))
+    return {"mode": mode, "before": before, "after": assistant.guide}

@@ -1,0 +1,184 @@
+"""Results of interactive runs: per-period arrays, the table, the plots, and run comparisons."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memgym_env import metrics
+from memgym_env.world.types import World, WorldUser
+
+RESULTS_FILE = "results.json"
+
+
+def _load_periods(run: Path, user: WorldUser) -> list[dict[str, Any]]:
+    from memgym_env.interactive_runner import period_dir
+
+    out = []
+    for p in range(len(user.periods)):
+        path = period_dir(run, user.id, p) / "evaluation.json"
+        if not path.exists():
+            break
+        try:
+            out.append(json.loads(path.read_text(encoding="utf-8")))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+    return out
+
+
+def _rows(x: np.ndarray) -> list[list[float | None]]:
+    return [[None if np.isnan(v) else round(float(v), 4) for v in row] for row in np.atleast_2d(x)]
+
+
+def _vec(x: np.ndarray) -> list[float | None]:
+    return [None if np.isnan(v) else round(float(v), 4) for v in x]
+
+
+def collect_results(run: Path, world: World, users: Sequence[WorldUser], meta: dict[str, Any],
+                    wall_s: float | None = None) -> dict[str, Any]:
+    """Every metric of a run folder, from its ``evaluation.json`` files."""
+    correct, ub, n_choices, labels, recall, parsed, usage = [], [], [], [], [], [], {}
+    for user in users:
+        evals = _load_periods(run, user)
+        states = [p.state for p in user.periods]
+        c = [[q["correct"] for q in e["questions"]] for e in evals]
+        recalled = [{a["variable"]: a["correct"] for a in e["probes"]} for e in evals]
+        required = [q["required_info"] for q in evals[0]["questions"]] if evals else []
+        correct.append(c)
+        ub.append([e["upper_bound"] for e in evals])
+        n_choices.append([[q["n_choices"] for q in e["questions"]] for e in evals])
+        labels.append(metrics.diagnose_user(states, c, required, recalled) if all(recalled) else [])
+        recall.append([metrics.factual_recall([f["supported"] for f in e["factual_recall"]]) for e in evals])
+        parsed += [q["parsed"] for e in evals for q in e["questions"] + e["probes"]]
+        for e in evals:
+            for purpose, u in e.get("usage", {}).items():
+                acc = usage.setdefault(purpose, {})
+                for k, v in u.items():
+                    acc[k] = round(acc.get(k, 0) + v, 3)
+    acc = metrics.accuracy(correct)
+    upper = metrics.accuracy(ub)
+    rand = metrics.random_baseline(n_choices)
+    score = metrics.memory_score(acc, upper, rand)
+    rates = metrics.diagnosis_rates(labels)
+    recall_arr = metrics._per_period([[[r] for r in u] for u in recall], lambda xs: xs[0])
+    per_period = {
+        "accuracy": _vec(_colmean(acc)), "upper_bound": _vec(_colmean(upper)), "random": _vec(_colmean(rand)),
+        "memory_score": _vec(_colmean(score)), "factual_recall": _vec(_colmean(recall_arr)),
+        **{k: _vec(rates[k]) for k in metrics.FAILURES},
+    }
+    overall = {"accuracy": metrics.nanmean(acc), "upper_bound": metrics.nanmean(upper),
+               "random": metrics.nanmean(rand), "memory_score": metrics.nanmean(score),
+               "memory_score_cells_undefined": int(np.sum(np.isnan(score) & ~np.isnan(acc))),
+               "factual_recall": metrics.nanmean(recall_arr),
+               **{k: v for k, v in metrics.overall_rates(labels).items() if k in metrics.FAILURES},
+               "unparsed_answers": int(sum(not p for p in parsed))}
+    return {**{k: meta.get(k) for k in ("assistant", "mode", "model", "simulator", "replay", "evolve", "world")},
+            "users": [u.id for u in users], "overall": overall, "per_period": per_period,
+            "per_user": {"accuracy": _rows(acc), "upper_bound": _rows(upper), "random": _rows(rand),
+                         "memory_score": _rows(score), "factual_recall": _rows(recall_arr),
+                         "diagnosis": labels},
+            "usage_by_stage": usage, "wall_s": None if wall_s is None else round(wall_s, 1)}
+
+
+def _colmean(x: np.ndarray) -> np.ndarray:
+    return np.array([metrics.nanmean(x[:, p]) for p in range(x.shape[1])]) if x.size else np.array([])
+
+
+def _fmt(v: Any) -> str:
+    return "-" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v:.3f}"
+
+
+def table(results: Sequence[dict[str, Any]]) -> str:
+    """One row per run: accuracy, memory score, diagnosis, factual recall, calls and tokens by stage."""
+    head = ["assistant", "mode", "acc", "UB", "rand", "score", "write", "read", "util", "recall", "calls/tokens by stage"]
+    rows = []
+    for r in results:
+        o = r["overall"]
+        stages = ", ".join(f"{k} {int(u.get('calls', 0))}/{int(u.get('prompt_tokens', 0) + u.get('completion_tokens', 0))}"
+                           for k, u in sorted(r.get("usage_by_stage", {}).items()))
+        label = r["assistant"] + (f" [evolve {r['evolve']}]" if r.get("evolve") not in (None, "none") else "")
+        rows.append([label, r["mode"], *(_fmt(o[k]) for k in ("accuracy", "upper_bound", "random", "memory_score",
+                                                             "write", "read", "utilization", "factual_recall")), stages])
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=False)]
+    lines = [" | ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)) for row in [head, *rows]]
+    lines.insert(1, "-+-".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def plot(results: Sequence[dict[str, Any]], folder: Path) -> list[Path]:
+    """memory_score.png (per period, one line per run) and failures.png (stacked write/read/util)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder.mkdir(parents=True, exist_ok=True)
+    names = [f"{r['assistant']} ({r['mode']})" for r in results]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, r in zip(names, results, strict=True):
+        ys = [np.nan if v is None else v for v in r["per_period"]["memory_score"]]
+        ax.plot(range(len(ys)), ys, marker="o", label=name)
+    ax.set(xlabel="period", ylabel="memory score", title="Memory score per period")
+    ax.axhline(0, color="grey", lw=0.5)
+    ax.legend(fontsize=8)
+    score_png = folder / "memory_score.png"
+    fig.tight_layout()
+    fig.savefig(score_png, dpi=120)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(results) + 2), 4))
+    bottom = np.zeros(len(results))
+    for kind, color in zip(metrics.FAILURES, ("#d62728", "#ff7f0e", "#1f77b4"), strict=True):
+        vals = np.array([np.nan_to_num(r["overall"][kind]) for r in results])
+        ax.bar(names, vals, bottom=bottom, label=kind, color=color)
+        bottom += vals
+    ax.set(ylabel="share of questions", title="Failures by cause (sum = 1 - accuracy)")
+    ax.tick_params(axis="x", labelrotation=20, labelsize=8)
+    ax.legend()
+    fail_png = folder / "failures.png"
+    fig.tight_layout()
+    fig.savefig(fail_png, dpi=120)
+    plt.close(fig)
+    return [score_png, fail_png]
+
+
+def write_report(results: dict[str, Any], run: Path) -> None:
+    from memgym_env.interactive_runner import write_json
+
+    write_json(run / RESULTS_FILE, results)
+    (run / "report.txt").write_text(table([results]) + "\n", encoding="utf-8")
+    plot([results], run / "plots")
+
+
+def load_results(folder: str | Path) -> dict[str, Any]:
+    path = Path(folder) / RESULTS_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no results (run `memgym evaluate --out {folder}` first)")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+
+
+def ranks(results: Sequence[dict[str, Any]], mode: str) -> dict[str, int]:
+    """Rank (1 = best memory score) of each assistant among the runs of one mode."""
+    runs = [r for r in results if r["mode"] == mode and r["overall"]["memory_score"] is not None]
+    order = sorted(runs, key=lambda r: -np.nan_to_num(r["overall"]["memory_score"], nan=-np.inf))
+    return {r["assistant"]: i for i, r in enumerate(order, 1)}
+
+
+def compare(folders: Sequence[str | Path], plots: Path | None = None) -> str:
+    """The table of several runs, and on-policy versus off-policy ranks when both modes are present."""
+    results = [load_results(f) for f in folders]
+    text = table(results)
+    on, off = ranks(results, "on-policy"), ranks(results, "off-policy")
+    if on and off:
+        both = [a for a in on if a in off]
+        text += "\n\nrank by memory score (1 = best)\nassistant | on-policy | off-policy\n"
+        text += "\n".join(f"{a} | {on[a]} | {off[a]}" for a in both)
+    if plots is not None:
+        plot(results, plots)
+    return text

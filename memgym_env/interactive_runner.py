@@ -1,0 +1,256 @@
+"""The interactive evaluation runner behind ``memgym evaluate``: every user, every period.
+
+A run folder holds ``run.json`` (what was run), and per user and period
+``users/<user>/period_<pp>/`` with ``interactions.json`` (every session's messages),
+``state/`` (the assistant's memory after the period) and ``evaluation.json`` (answers, probes,
+upper bound, factual recall, model usage), written last: a period with ``evaluation.json`` is
+done. Running the same command again resumes after the last finished period of each user.
+
+Off-policy (``replay``): the user and assistant turns come from another run's interactions (or,
+with ``"world"``, from the world's recorded sessions); the assistant only observes them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memgym_env.interactive import MESSAGE, InteractiveEnv
+from memgym_env.world.types import World, WorldUser
+
+RUN_FILE = "run.json"
+IDENTITY = ("world_digest", "assistant", "model", "simulator", "replay", "seed", "assistant_options", "evolve")
+
+
+@dataclass
+class RunConfig:
+    world: str = field(metadata={"help": "world file (data.json format, e.g. from `memgym world generate`)"})
+    assistant: str = field(metadata={"help": "native, rag, awe, awi, membuilder or oracle; a comma list runs each into OUT/<name>"})
+    out: str = field(metadata={"help": "run folder (resumed when it exists)"})
+    model: str = field(default="smollm2-135m", metadata={"help": "chat model spec of the assistant, answerer and checker"})
+    embedder: str = field(default="minilm", metadata={"help": "embedder spec (rag, awe, membuilder)"})
+    simulator: str = field(default="template", metadata={"help": "user simulator: template (offline) or llm (the model)"})
+    replay: str | None = field(default=None, metadata={"help": "off-policy: a run folder whose interactions to feed, or 'world'"})
+    users: int | None = field(default=None, metadata={"help": "only the first N users"})
+    seed: int = field(default=0, metadata={"help": "seed of random choices and template follow-ups"})
+    reply_tokens: int = field(default=48, metadata={"help": "longest assistant reply"})
+    write_tokens: int = field(default=128, metadata={"help": "longest memory-writing output (awe, awi, membuilder)"})
+    context_tokens: int = field(default=1024, metadata={"help": "most tokens of memory text in a prompt"})
+    top_k: int | None = field(default=None, metadata={"help": "retrieved items for rag/awe (published default 30)"})
+    factual_recall: bool = field(default=True, metadata={"help": "check each period's new facts against memory"})
+    checker: str | None = field(default=None, metadata={"help": "model spec of the factual-recall checker (default: --model)"})
+    evolve: str = field(default="none", metadata={"help": "self-evolution of awe/awi: none, question-only, complete"})
+    threads: int | None = field(default=None, metadata={"help": "torch CPU threads (1 is fastest on 2 shared cores)"})
+
+    def assistant_options(self) -> dict[str, Any]:
+        opts: dict[str, Any] = {"reply_tokens": self.reply_tokens, "context_tokens": self.context_tokens}
+        if self.assistant in ("awe", "awi", "membuilder"):
+            opts["write_tokens"] = self.write_tokens
+        if self.top_k is not None and self.assistant in ("rag", "awe"):
+            opts["top_k"] = self.top_k
+        return opts
+
+
+def world_digest(path: str | Path) -> str:
+    return hashlib.sha1(Path(path).read_bytes()).hexdigest()[:16]
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
+    tmp.replace(path)  # atomic: an interrupted run never leaves half a file
+
+
+def period_dir(run: Path, user_id: str, period: int) -> Path:
+    return run / "users" / user_id / f"period_{period:02d}"
+
+
+def finished_periods(run: Path, user: WorldUser) -> int:
+    """How many leading periods of ``user`` are complete in ``run``."""
+    n = 0
+    while n < len(user.periods) and (period_dir(run, user.id, n) / "evaluation.json").exists():
+        n += 1
+    return n
+
+
+def recorded_sessions(source: str, world: World) -> dict[str, list[dict[str, str]]]:
+    """{"<user>/<session id>": messages} from a run folder's interactions, or from the world."""
+    out: dict[str, list[dict[str, str]]] = {}
+    if source == "world":
+        for user in world:
+            for ref in user.sessions():
+                out[f"{user.id}/{ref.id}"] = [{"role": t.role, "content": t.content} for t in ref.session.messages] \
+                    or [{"role": "user", "content": ref.session.query}]
+        return out
+    root = Path(source) / "users"
+    if not root.is_dir():
+        raise FileNotFoundError(f"--replay {source}: no users/ folder (not a run folder of `memgym evaluate`)")
+    for path in sorted(root.glob("*/period_*/interactions.json")):
+        try:
+            sessions = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+        for k, s in enumerate(sessions):
+            if not isinstance(s, dict) or "id" not in s or not isinstance(s.get("messages"), list):
+                raise ValueError(f"{path}: session {k}: needs 'id' and a 'messages' list")
+            out[f"{path.parent.parent.name}/{s['id']}"] = s["messages"]
+    return out
+
+
+def usage_snapshot(model) -> dict[str, dict[str, float]]:
+    ledger = getattr(model, "ledger", None) or getattr(getattr(model, "model", None), "ledger", None)
+    return ledger.to_dict()["by_purpose"] if ledger is not None else {}
+
+
+def usage_delta(before: dict, after: dict) -> dict[str, dict[str, float]]:
+    out = {}
+    for purpose, now in after.items():
+        was = before.get(purpose, {})
+        diff = {k: round(v - was.get(k, 0), 3) for k, v in now.items()}
+        if any(diff.values()):
+            out[purpose] = diff
+    return out
+
+
+class UserRun:
+    """Plays one user from ``start`` to the end, saving each period."""
+
+    def __init__(self, cfg: RunConfig, run: Path, world: World, user: WorldUser, assistant, model,
+                 simulator, replay: dict | None, upper_cache: dict, on_period_end: Callable[[str, int], None] | None,
+                 checker=None):
+        self.cfg, self.run, self.world, self.user = cfg, run, world, user
+        self.assistant, self.model, self.simulator, self.replay = assistant, model, simulator, replay
+        self.upper_cache, self.on_period_end = upper_cache, on_period_end
+        self.checker = checker or model
+
+    def play(self, start: int, progress) -> None:
+        from memgym_env.interactive_checks import readable_state
+
+        user, assistant = self.user, self.assistant
+        env = InteractiveEnv(self.world, simulator=self.simulator, seed=self.cfg.seed)
+        obs, info = env.reset(seed=self.cfg.seed, options={"user": user.id, "start_period": start})
+        assistant.reset(user.id)
+        if start > 0:
+            assistant.load_state(period_dir(self.run, user.id, start - 1) / "state")
+        self._begin_period()
+        pending: dict[str, str] = {}
+        while True:
+            if "evaluation" in info:  # answer the whole period's examination in two batched calls
+                items = info["evaluation"]
+                qs = [it for it in items if it["kind"] == "question"]
+                ps = [it for it in items if it["kind"] == "probe"]
+                outs = assistant.answer(qs, obs["time"]) + assistant.probe(ps, obs["time"])
+                pending = {it["id"]: o for it, o in zip(qs + ps, outs, strict=True)}
+                self.items = {it["id"]: it for it in items}
+            if obs["kind"] == MESSAGE:
+                action = self._reply(env, obs)
+            else:
+                action = pending[env.items[env.item_idx].id]
+            obs, _, done, _, info = env.step(action)
+            if "session_end" in info:
+                s = info["session_end"]
+                facts = readable_state(user, user.periods[s["period"]].state)
+                assistant.observe(s["messages"], time=s["time"], session_id=s["id"], facts=facts)
+                self.sessions.append({k: s[k] for k in ("id", "time", "exposed_states", "messages")})
+            if "answer" in info:
+                self.answers.append(info["answer"])
+            if "period_end" in info:
+                self._finish_period(info["period_end"])
+                progress.update(1)
+                if self.on_period_end is not None:
+                    self.on_period_end(user.id, info["period_end"])
+                self._begin_period()
+            if done:
+                return
+
+    def _reply(self, env: InteractiveEnv, obs: dict) -> str:
+        if self.replay is not None:
+            ref = env.refs[env.session_idx]
+            recorded = [m["content"] for m in self.replay.get(f"{self.user.id}/{ref.id}", []) if m["role"] == "assistant"]
+            if env.round < len(recorded):
+                return recorded[env.round]
+        return self.assistant.act(obs["text"], obs["time"])
+
+    def _begin_period(self) -> None:
+        self.sessions: list[dict] = []
+        self.answers: list[dict] = []
+        self.items: dict[str, dict] = {}
+        self.usage_before = usage_snapshot(self.model)
+        self.started = time.perf_counter()
+
+    def _finish_period(self, period: int) -> None:
+        from memgym_env import evolution
+        from memgym_env.interactive_checks import factual_recall_flags, period_facts, upper_bound
+
+        cfg, user = self.cfg, self.user
+        key = (user.id, period)
+        if key not in self.upper_cache:
+            self.upper_cache[key] = upper_bound(self.model, user, period, cfg.seed)
+        facts = period_facts(user, period) if cfg.factual_recall else []
+        flags = factual_recall_flags(self.assistant, self.checker, facts, cfg.context_tokens)
+        questions = [a | {"question": self.items[a["id"]]["question"], "choices": self.items[a["id"]]["choices"]}
+                     for a in self.answers if a["kind"] == "question"]
+        updates = {user.info(v).title: (user.info(v).text(u.old) if u.old else None, user.info(v).text(u.new))
+                   for v, u in user.periods[period].updates.items()}
+        evolved = evolution.evolve(self.assistant, self.model, cfg.evolve, questions, updates)
+        folder = period_dir(self.run, user.id, period)
+        self.assistant.save_state(folder / "state")
+        write_json(folder / "interactions.json", self.sessions)
+        write_json(folder / "evaluation.json", {
+            "user": user.id, "period": period, "time": user.periods[period].period_end,
+            "questions": questions, "probes": [a for a in self.answers if a["kind"] == "probe"],
+            "upper_bound": self.upper_cache[key],
+            "factual_recall": [f | {"supported": ok} for f, ok in zip(facts, flags, strict=True)],
+            "evolution": evolved, "usage": usage_delta(self.usage_before, usage_snapshot(self.model)),
+            "wall_s": round(time.perf_counter() - self.started, 3),
+        })
+
+
+def check_identity(run: Path, meta: dict[str, Any]) -> None:
+    path = run / RUN_FILE
+    if not path.exists():
+        return
+    old = json.loads(path.read_text(encoding="utf-8"))
+    changed = [k for k in IDENTITY if old.get(k) != meta.get(k)]
+    if changed:
+        raise ValueError(f"{run}: holds a run with different {', '.join(changed)} "
+                         f"({', '.join(f'{k}={old.get(k)!r}' for k in changed)}); use another --out")
+
+
+def evaluate_one(cfg: RunConfig, world: World, model, embedder, upper_cache: dict,
+                 on_period_end: Callable[[str, int], None] | None = None, checker=None) -> dict[str, Any]:
+    """Play (or resume) one assistant over the world; returns the results (also in results.json)."""
+    from tqdm.auto import tqdm
+
+    from membuilder.agents.assistants import make_assistant
+    from memgym_env.interactive_results import collect_results, write_report
+    from memgym_env.simulator import ReplaySimulator, make_simulator
+
+    run = Path(cfg.out)
+    meta = {"world": str(cfg.world), "world_digest": world_digest(cfg.world), "assistant": cfg.assistant,
+            "model": cfg.model, "embedder": cfg.embedder, "simulator": cfg.simulator, "replay": cfg.replay,
+            "mode": "off-policy" if cfg.replay else "on-policy", "seed": cfg.seed, "evolve": cfg.evolve,
+            "assistant_options": cfg.assistant_options(), "config": asdict(cfg)}
+    check_identity(run, meta)
+    write_json(run / RUN_FILE, meta)
+    assistant = make_assistant(cfg.assistant, model, embedder, **cfg.assistant_options())
+    replay = recorded_sessions(cfg.replay, world) if cfg.replay else None
+    simulator = ReplaySimulator(replay) if replay is not None else make_simulator(cfg.simulator, model, cfg.seed)
+    users = list(world)[: cfg.users] if cfg.users else list(world)
+    todo = [(u, finished_periods(run, u)) for u in users]
+    started = time.perf_counter()
+    with tqdm(total=sum(len(u.periods) for u in users), initial=sum(n for _, n in todo),
+              desc=f"{cfg.assistant} ({meta['mode']})", unit="period") as progress:
+        for user, done in todo:
+            if done < len(user.periods):
+                UserRun(cfg, run, world, user, assistant, model, simulator, replay, upper_cache,
+                        on_period_end, checker).play(done, progress)
+    results = collect_results(run, world, users, meta, time.perf_counter() - started)
+    write_report(results, run)
+    return results
