@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "eval": "eval",
     "evaluate": "evaluate",
     "report": "report",
+    "rollout": "rollout",
     "serve": "serve",
     "world": "world",
 }

@@ -1,0 +1,92 @@
+"""``memgym rollout``: play MemoryGym-v0 episodes with a baseline policy and report its rewards."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+HELP = "Run MemoryGym-v0 episodes with the oracle, empty or MemBuilder-prompting policy."
+EXAMPLES = """examples:
+  memgym rollout --policy oracle --answer-mode evidence --out runs/oracle.json
+  memgym rollout --policy membuilder --model smollm2-135m --world world.json --episodes 1 --max-sessions 3
+  memgym rollout --policy membuilder --model openai:Qwen/Qwen3-4B@http://localhost:8000/v1 --answer-mode llm
+"""
+
+POLICIES = ("oracle", "empty", "membuilder")
+EMPTY = {"core": "", "episodic": '{"operations": []}', "semantic": '{"operations": []}', "procedural": '{"operations": []}'}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--policy", choices=POLICIES, default="oracle")
+    p.add_argument("--model", default="smollm2-135m", help="policy model spec (membuilder policy)")
+    p.add_argument("--world", help="a world data.json (default: generate a small one)")
+    p.add_argument("--config", help="a MemoryGym-v0 YAML config (configs/env/construction.yaml)")
+    p.add_argument("--answer-mode", choices=("choice", "llm", "evidence"), help="override the config's answer mode")
+    p.add_argument("--snapshot", choices=("expert", "on_policy"), help="override the config's snapshot mode")
+    p.add_argument("--episodes", type=int, default=1)
+    p.add_argument("--max-sessions", type=int, help="stop each episode after this many sessions")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=Path("runs/rollout.json"))
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+    from tqdm import tqdm
+
+    from membuilder.ops import AGENTS
+    from memgym_env.construction import ConstructionConfig, MemoryGymEnv
+
+    overrides = {k: v for k, v in {"world_path": args.world, "answer_mode": args.answer_mode,
+                                   "snapshot": args.snapshot}.items() if v}
+    cfg = ConstructionConfig.from_yaml(args.config, **overrides) if args.config else ConstructionConfig(**overrides)
+    env = MemoryGymEnv(cfg)
+    policy = None
+    if args.policy == "membuilder":
+        from membuilder.agents.constructor import MemBuilderPolicy
+        from membuilder.llm import load_chat_model
+
+        policy = MemBuilderPolicy(load_chat_model(args.model))
+
+    steps = []
+    n_eps = min(args.episodes, len(env.episodes))
+    for ep in range(n_eps):
+        obs, info = env.reset(seed=args.seed + ep, options={"episode": ep})
+        total = info["num_sessions"] if args.max_sessions is None else min(args.max_sessions, info["num_sessions"])
+        for _ in tqdm(range(total), desc=f"episode {ep} ({args.policy})"):
+            action = env.expert_action() if args.policy == "oracle" else EMPTY if policy is None else policy.act(obs)
+            obs, reward, done, _, info = env.step(action)
+            steps.append({"episode": ep, "session": info["session_index"], "reward": reward,
+                          "agent_rewards": info["agent_rewards"], "valid": info["valid"],
+                          "task_reward": info["task_reward"], "length_penalty": info["length_penalty"],
+                          "weights": info["weights"], "questions": info["questions"]})
+            if done:
+                break
+
+    def mean(xs):
+        xs = list(xs)
+        return sum(xs) / len(xs) if xs else 0.0
+
+    summary = {
+        "policy": args.policy, "model": args.model if policy else None, "config": cfg.__dict__,
+        "sessions": len(steps), "mean_reward": mean(s["reward"] for s in steps),
+        "mean_task_reward": mean(s["task_reward"] for s in steps),
+        "per_agent": {a: {"reward": mean(s["agent_rewards"][a] for s in steps),
+                          "valid": mean(float(s["valid"][a]) for s in steps),
+                          "length_penalty": mean(s["length_penalty"][a] for s in steps)} for a in AGENTS},
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_name(args.out.name + ".tmp")
+    tmp.write_text(json.dumps({"summary": summary, "steps": steps}, indent=1, default=str))
+    tmp.replace(args.out)
+
+    table = Table(title=f"MemoryGym-v0 rollout: {args.policy} ({len(steps)} sessions, mean reward {summary['mean_reward']:.3f}, "
+                        f"task {summary['mean_task_reward']:.3f})")
+    for col in ("agent", "reward", "valid", "length penalty"):
+        table.add_column(col)
+    for a, row in summary["per_agent"].items():
+        table.add_row(a, f"{row['reward']:.3f}", f"{row['valid']:.2f}", f"{row['length_penalty']:.3f}")
+    Console().print(table)
+    print(f"wrote {args.out}")
+    return 0
