@@ -41,6 +41,17 @@ def choose(model: ChatModel, prompt: ChatMessages, n_choices: int) -> int:
     return max(range(n_choices), key=lambda i: (scores[i], -i))
 
 
+def choose_many(model: ChatModel, items: Sequence[tuple[ChatMessages, int]]) -> list[int]:
+    """``choose`` for many (prompt, number of options) pairs, batched when the backend can."""
+    labels = [[str(i) for i in range(1, n + 1)] for _, n in items]
+    batch = getattr(model, "choice_logprobs_batch", None)
+    if batch is not None and items:
+        all_scores = batch([p for p, _ in items], labels)
+    else:
+        all_scores = [model.choice_logprobs(p, ls) for (p, _), ls in zip(items, labels)]
+    return [max(range(len(s)), key=lambda i: (s[i], -i)) for s in all_scores]
+
+
 def answer_many(model: ChatModel, prompts_: Sequence[ChatMessages], max_new_tokens: int = 48) -> list[str]:
     """Free-form answers, one batched call."""
     outs = model.generate(list(prompts_), Sampling(temperature=0.0, max_new_tokens=max_new_tokens))

@@ -11,6 +11,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from membuilder.agents.constructor import build_observation
 from membuilder.memory import MEMORY_TYPES, EmbeddingCache, MemoryBank
 from membuilder.ops import AGENTS
 from membuilder.training.rewards import CandidateReward
@@ -296,22 +297,11 @@ class MemoryGymEnv(gym.Env):
     def _observation(self) -> dict[str, Any]:
         conv = self._episode.conversation
         n = len(conv.sessions)
-        if self._index < n:
-            session = conv.sessions[self._index]
-            text, time = session.render(), session.time or ""
-            queries = [m.content for m in session.messages]
-        else:
-            text, time, queries = "", "", []
-        obs: dict[str, Any] = {
-            "session": text,
-            "session_time": time,
-            "session_index": self._index,
-            "num_sessions": n,
-            "core": self._bank.core.text,
-            "core_usage": np.array(min(100.0, self._bank.core.usage), dtype=np.float32),
-        }
-        for t in MEMORY_TYPES:
-            obs[t] = tuple(h.entry.text for h in self._bank.session_view(t, queries, self.config.view_k))
+        session = conv.sessions[self._index] if self._index < n else None
+        obs = build_observation(self._bank, session.render() if session else "", session.time if session else "",
+                                self.config.view_k)
+        obs["session_index"], obs["num_sessions"] = self._index, n
+        obs["core_usage"] = np.array(obs["core_usage"], dtype=np.float32)
         return obs
 
     def _info(self, reward: CandidateReward) -> dict[str, Any]:
@@ -330,3 +320,69 @@ class MemoryGymEnv(gym.Env):
             **reward.info,
         }
 
+
+
+class SessionScorer:
+    """Every session of MemoryGym-v0's episodes as a ``CandidateScorer`` for the trainer.
+
+    Each session's snapshot is the expert's memory just before it (MemBuilder's training setup),
+    kept as an O(1) fork, so any session can be scored in any order.
+    """
+
+    def __init__(self, env: MemoryGymEnv, users: Sequence[int] | None = None, max_sessions_per_user: int | None = None):
+        if env.config.snapshot != "expert":
+            raise ValueError("the trainer's scorer replays sessions out of order: it needs snapshot 'expert'")
+        env._ensure_models()
+        self.env = env
+        self._sessions: dict[str, tuple[Episode, int, MemoryBank]] = {}
+        picked = range(len(env.episodes)) if users is None else users
+        for u in picked:
+            if not 0 <= u < len(env.episodes):
+                raise ValueError(f"user index {u} out of range: {len(env.episodes)} episodes")
+            ep = env.episodes[u]
+            bank = MemoryBank(cache=env._cache)
+            for j, session in enumerate(ep.conversation.sessions[:max_sessions_per_user]):
+                self._sessions[f"{ep.conversation.id}/{session.id}"] = (ep, j, bank.fork())
+                for agent, text in ep.expert_outputs[j].items():
+                    bank.apply(agent, text, time=session.time, session=session.id)
+
+    def session_keys(self) -> list[str]:
+        return list(self._sessions)
+
+    def observation(self, session_key: str) -> dict[str, Any]:
+        ep, j, bank = self._lookup(session_key)
+        s = ep.conversation.sessions[j]
+        return build_observation(bank, s.render(), s.time, self.env.config.view_k)
+
+    def score(self, session_key: str, candidates: Sequence[Mapping[str, str]], alpha: float = 4.0) -> list[CandidateReward]:
+        ep, j, bank = self._lookup(session_key)
+        s = ep.conversation.sessions[j]
+        c = self.env.config
+        scored = score_session(bank, s, ep.conversation.qa_for_session(s.id), candidates, mode=c.answer_mode,
+                               models=self.env._models, expert_output=ep.expert_outputs[j], alpha=alpha,
+                               lam=c.lam, answer_k=c.answer_k)
+        return [x.reward for x in scored]
+
+    def _lookup(self, key: str):
+        if key not in self._sessions:
+            raise KeyError(f"no session {key!r} in this scorer")
+        return self._sessions[key]
+
+
+def make_scorer(options: Mapping[str, Any]) -> SessionScorer:
+    """Build the trainer's scorer from ``train/adrpo.py``'s options (world, models, sizes)."""
+    o = dict(options)
+    overrides = {"num_users": o.pop("num_users", 2)}
+    if "world_seed" in o:
+        overrides["seed"] = o.pop("world_seed")
+    cfg = ConstructionConfig(
+        world_path=o.pop("world_path", None), world_config=o.pop("world_config", None), world_overrides=overrides,
+        snapshot=o.pop("snapshot", "expert"), answer_mode=o.pop("answer_mode", "choice"),
+        answerer=o.pop("answer_model", "smollm2-135m"), judge=o.pop("judge_model", None),
+        embedder=o.pop("embedder", "minilm"), view_k=o.pop("view_k", 20),
+        lam=o.pop("reward_lambda", None) or R.LAMBDA,
+    )
+    users, max_sessions = o.pop("users", None), o.pop("max_sessions_per_user", None)
+    if o:
+        raise ValueError(f"make_scorer: unknown options {sorted(o)}")
+    return SessionScorer(MemoryGymEnv(cfg), users, max_sessions)

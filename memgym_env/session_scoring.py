@@ -165,10 +165,9 @@ def _answer_and_judge(forks, hits_of, questions, mode, models) -> list[list[dict
 
     results: dict[str, tuple[str, bool]] = {}
     free = [(k, p, q) for k, (p, q) in unique.items() if not (mode == "choice" and q.choices)]
-    for key, (prompt, q) in unique.items():
-        if mode == "choice" and q.choices:
-            idx = answering.choose(models.answerer, prompt, len(q.choices))
-            results[key] = (q.choices[idx], q.choices[idx] == q.answer)
+    picks = [(k, p, q) for k, (p, q) in unique.items() if mode == "choice" and q.choices]
+    for (key, _, q), idx in zip(picks, answering.choose_many(models.answerer, [(p, len(q.choices)) for _, p, q in picks])):
+        results[key] = (q.choices[idx], q.choices[idx] == q.answer)
     if free:
         answers = answering.answer_many(models.answerer, [p for _, p, _ in free])
         judge = models.judge or models.answerer

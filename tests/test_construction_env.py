@@ -116,7 +116,8 @@ def test_registered_env_and_vector_envs_run():
     obs, _ = env.reset(seed=0)
     assert isinstance(obs["session"], str)
     env.close()
-    for mode, kwargs in (("sync", {}), ("async", {"shared_memory": False})):
+    # Async workers are spawned: forking a parent that already runs torch threads can deadlock.
+    for mode, kwargs in (("sync", {}), ("async", {"shared_memory": False, "context": "spawn"})):
         venv = gym.make_vec("MemoryGym-v0", num_envs=2, vectorization_mode=mode, vector_kwargs=kwargs,
                             answer_mode="evidence", world_overrides=SMALL)
         obs, _ = venv.reset(seed=0)
@@ -140,3 +141,23 @@ def test_choice_mode_with_smollm2_scores_oracle_above_empty():
     assert oracle.task_rewarded and 0.0 <= oracle.task_reward <= 1.0
     assert empty.reward == 0.0  # invalid Core and nothing to answer from
     print(f"SmolLM2 choice-mode task reward, oracle memory: {oracle.task_reward:.2f}")
+
+
+def test_trainer_scorer_replays_expert_snapshots_in_any_order(env):
+    from memgym_env.construction import make_scorer
+
+    scorer = make_scorer({"num_users": 1, "answer_mode": "evidence", "max_sessions_per_user": 3})
+    keys = scorer.session_keys()
+    assert len(keys) == 3
+    # The trainer's observation of a session is the environment's, so training prompts match.
+    live = MemoryGymEnv(answer_mode="evidence", world_overrides={"num_users": 1, "num_periods": 2})
+    obs, _ = live.reset(seed=0, options={"episode": 0})
+    live.step(live.expert_action())
+    obs, *_ = live.step(EMPTY)
+    offline = scorer.observation(keys[2])
+    assert {k: offline[k] for k in ("session", "core", "episodic", "semantic", "procedural")} == {
+        k: obs[k] for k in ("session", "core", "episodic", "semantic", "procedural")}
+    last = scorer.score(keys[2], [EMPTY])
+    first = scorer.score(keys[0], [EMPTY])
+    assert scorer.score(keys[2], [EMPTY])[0].agent_rewards == last[0].agent_rewards  # order does not matter
+    assert first[0].reward == 0.0

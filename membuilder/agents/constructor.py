@@ -21,6 +21,21 @@ SYSTEM = "You are a careful memory-writing agent. You answer only with the JSON 
 OBS_SESSION, OBS_TIME, OBS_CORE, OBS_CORE_USAGE = "session", "session_time", "core", "core_usage"
 
 
+def build_observation(bank, session_text: str, session_time: str | None, view_k: int = 20) -> dict[str, Any]:
+    """What the four agents see for a session: the session, Core, and each searchable agent's
+    top-``view_k`` own-type entries (each line of the session is a query; best score wins).
+
+    ``MemoryGym-v0`` and the trainer's datasets both build observations here, so the prompts a
+    policy is trained on are the prompts it is scored with.
+    """
+    lines = [line for line in session_text.splitlines() if line.strip()]
+    obs: dict[str, Any] = {OBS_SESSION: session_text, OBS_TIME: session_time or "", OBS_CORE: bank.core.text,
+                           OBS_CORE_USAGE: min(100.0, bank.core.usage)}
+    for agent in AGENTS[1:]:
+        obs[agent] = tuple(h.entry.text for h in bank.session_view(agent, lines, view_k))
+    return obs
+
+
 def render_prompt(agent: str, obs: Mapping[str, Any]) -> ChatMessages:
     """The chat prompt of one agent for one observation of ``MemoryGym-v0``."""
     if agent not in AGENTS:

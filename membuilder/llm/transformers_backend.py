@@ -242,6 +242,37 @@ class TransformersChatModel:
                            time.perf_counter() - started)
         return scores
 
+    def choice_logprobs_batch(self, conversations: list[ChatMessages], choices: list[list[str]], *,
+                              purpose: str | None = None) -> list[list[float]]:
+        """``choice_logprobs`` for many prompts at once.
+
+        When every choice is one token (numbered options), one forward pass per batch of prompts
+        reads all their scores off the next-token distribution; otherwise it falls back to
+        scoring each prompt's continuations.
+        """
+        encoded = [[self.tokenizer.encode(c, add_special_tokens=False) for c in cs] for cs in choices]
+        if not all(len(t) == 1 for cs in encoded for t in cs):
+            return [self.choice_logprobs(c, cs, purpose=purpose) for c, cs in zip(conversations, choices, strict=True)]
+        torch = self._torch
+        started = time.perf_counter()
+        prompts = [self.render(c) for c in check_conversations(conversations, f"{self.name}.choice_logprobs_batch")]
+        out: list[list[float]] = []
+        with self._lock:
+            for start in range(0, len(prompts), self.batch_size):
+                rows = prompts[start:start + self.batch_size]
+                width = max(map(len, rows))
+                pad = self.tokenizer.pad_token_id
+                # Right padding: real tokens never attend to the pads that follow them.
+                ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=self.device)
+                mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=self.device)
+                with torch.inference_mode():
+                    logits = self.model(input_ids=ids, attention_mask=mask).logits.float()
+                for k, r in enumerate(rows):
+                    logprobs = torch.log_softmax(logits[k, len(r) - 1], dim=-1)
+                    out.append([float(logprobs[t[0]]) for t in encoded[start + k]])
+        self.ledger.record(purpose, len(prompts), sum(map(len, prompts)), 0, time.perf_counter() - started)
+        return out
+
     def _score_continuations(self, prompt: list[int], continuations: list[list[int]]) -> list[float]:
         torch = self._torch
         # Right padding here: a plain forward pass takes positions from the index, not the mask.

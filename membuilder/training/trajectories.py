@@ -45,12 +45,10 @@ class SessionText:
 
 
 def observe(bank, session: SessionText, view_k: int = 20) -> dict[str, Any]:
-    """The construction observation of ``session`` from ``bank`` (same keys as ``MemoryGym-v0``)."""
-    obs: dict[str, Any] = {"session": session.text, "session_time": session.time,
-                           "core": bank.core.text, "core_usage": bank.core.usage}
-    for agent in AGENTS[1:]:
-        obs[agent] = [h.entry.text for h in bank.view(agent, session.text, k=view_k)]
-    return obs
+    """The construction observation of ``session`` from ``bank`` (the same one ``MemoryGym-v0`` gives)."""
+    from membuilder.agents.constructor import build_observation
+
+    return build_observation(bank, session.text, session.time, view_k)
 
 
 def outputs_writer(table: Mapping[str, Mapping[str, str]]) -> Callable[[SessionText, Mapping[str, Any]], Mapping[str, str]]:
