@@ -33,6 +33,9 @@ test: setup
 
 bench: setup
 	$(PY) bench/memory_bank.py
+	$(PY) bench/env_step.py
+	$(PY) bench/world_generation.py
+	$(PY) bench/generation.py --threads 1
 
 lint: setup
 	$(PY) -m ruff check membuilder memgym_env train tests bench

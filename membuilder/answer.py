@@ -43,13 +43,10 @@ def choose(model: ChatModel, prompt: ChatMessages, n_choices: int) -> int:
 
 def choose_many(model: ChatModel, items: Sequence[tuple[ChatMessages, int]]) -> list[int]:
     """``choose`` for many (prompt, number of options) pairs, batched when the backend can."""
-    labels = [[str(i) for i in range(1, n + 1)] for _, n in items]
-    batch = getattr(model, "choice_logprobs_batch", None)
-    if batch is not None and items:
-        all_scores = batch([p for p, _ in items], labels)
-    else:
-        all_scores = [model.choice_logprobs(p, ls) for (p, _), ls in zip(items, labels)]
-    return [max(range(len(s)), key=lambda i: (s[i], -i)) for s in all_scores]
+    from membuilder.agents.choice import best_option, score_options
+
+    scores = score_options(model, [p for p, _ in items], [[str(i) for i in range(1, n + 1)] for _, n in items])
+    return [best_option(s) for s in scores]
 
 
 def answer_many(model: ChatModel, prompts_: Sequence[ChatMessages], max_new_tokens: int = 48) -> list[str]:

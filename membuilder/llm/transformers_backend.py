@@ -246,32 +246,46 @@ class TransformersChatModel:
                               purpose: str | None = None) -> list[list[float]]:
         """``choice_logprobs`` for many prompts at once.
 
-        When every choice is one token (numbered options), one forward pass per batch of prompts
-        reads all their scores off the next-token distribution; otherwise it falls back to
-        scoring each prompt's continuations.
+        When every option of a prompt is one token ("1", "2", ...), log p(option | prompt) is
+        read off the next-token distribution: one forward pass per prompt, keeping only the last
+        position's logits, with prompts of similar length batched together. Other prompts fall
+        back to ``choice_logprobs``; both paths give the same numbers.
         """
-        encoded = [[self.tokenizer.encode(c, add_special_tokens=False) for c in cs] for cs in choices]
-        if not all(len(t) == 1 for cs in encoded for t in cs):
-            return [self.choice_logprobs(c, cs, purpose=purpose) for c, cs in zip(conversations, choices, strict=True)]
+        if len(conversations) != len(choices):
+            raise ValueError(f"{self.name}.choice_logprobs_batch: {len(conversations)} prompts, {len(choices)} choice lists")
+        ids = [[self.tokenizer.encode(c, add_special_tokens=False) for c in cs] for cs in choices]
+        out: list[list[float] | None] = [None] * len(conversations)
+        fast = [i for i, cs in enumerate(ids) if cs and all(len(t) == 1 for t in cs)]
+        for i in range(len(conversations)):
+            if i not in fast:
+                out[i] = self.choice_logprobs(conversations[i], choices[i], purpose=purpose)
+        if fast:
+            convs = check_conversations([conversations[i] for i in fast], f"{self.name}.choice_logprobs_batch")
+            rows = {i: self.render(c) for i, c in zip(fast, convs)}
+            order = sorted(fast, key=lambda i: len(rows[i]))  # similar lengths share a batch: less padding
+            for start in range(0, len(order), self.batch_size):
+                chunk = order[start:start + self.batch_size]
+                logprobs = self._last_logprobs([rows[i] for i in chunk], purpose)
+                for i, lp in zip(chunk, logprobs):
+                    out[i] = [float(lp[t[0]]) for t in ids[i]]
+        return [o if o is not None else [] for o in out]
+
+    def _last_logprobs(self, rows: list[list[int]], purpose: str | None):
+        """Next-token log-probabilities after each row (left-padded), one forward pass."""
         torch = self._torch
         started = time.perf_counter()
-        prompts = [self.render(c) for c in check_conversations(conversations, f"{self.name}.choice_logprobs_batch")]
-        out: list[list[float]] = []
-        with self._lock:
-            for start in range(0, len(prompts), self.batch_size):
-                rows = prompts[start:start + self.batch_size]
-                width = max(map(len, rows))
-                pad = self.tokenizer.pad_token_id
-                # Right padding: real tokens never attend to the pads that follow them.
-                ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=self.device)
-                mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=self.device)
-                with torch.inference_mode():
-                    logits = self.model(input_ids=ids, attention_mask=mask).logits.float()
-                for k, r in enumerate(rows):
-                    logprobs = torch.log_softmax(logits[k, len(r) - 1], dim=-1)
-                    out.append([float(logprobs[t[0]]) for t in encoded[start + k]])
-        self.ledger.record(purpose, len(prompts), sum(map(len, prompts)), 0, time.perf_counter() - started)
-        return out
+        width = max(map(len, rows))
+        pad = self.tokenizer.pad_token_id
+        ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=self.device)
+        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=self.device)
+        # Left padding shifts positions; count them from each row's first real token, as generate does.
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        with self._lock, torch.inference_mode():
+            logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                                logits_to_keep=1).logits[:, -1].float()
+        logprobs = torch.log_softmax(logits, dim=-1).cpu()
+        self.ledger.record(purpose, len(rows), sum(map(len, rows)), 0, time.perf_counter() - started)
+        return logprobs
 
     def _score_continuations(self, prompt: list[int], continuations: list[list[int]]) -> list[float]:
         torch = self._torch
