@@ -235,3 +235,15 @@ def test_resume_from_a_checkpoint(tokenizer, tmp_path):
 def test_batch_that_would_split_a_session_is_refused(tokenizer, tmp_path):
     with pytest.raises(ValueError, match="whole sessions|split a session"):
         _trainer(tokenizer, tmp_path, per_device_train_batch_size=6, num_generations=2)
+
+
+def test_one_adrpo_step_with_the_memorygym_scorer(tokenizer, tmp_path):
+    """End to end: world sessions, expert snapshots and the env's reward drive one ADRPO step."""
+    from memgym_env.construction import make_scorer
+
+    scorer = make_scorer({"num_users": 1, "answer_mode": "evidence", "max_sessions_per_user": 2})
+    trainer = _trainer(tokenizer, tmp_path, scorer=scorer, max_steps=1, max_prompt_tokens=6000)
+    trainer.train()
+    logs = trainer.state.log_history[0]
+    # A random tiny model writes no valid JSON: the validity gate zeroes every agent.
+    assert logs["reward/valid_core"] == 0.0 and "adrpo/weight_mean" in logs
