@@ -164,12 +164,35 @@ class Verdict:
     raw: str
 
 
-def judge_batch(judge, benchmark: str, items: list[QAItem], responses: list[str], max_new_tokens: int = 24) -> list[Verdict]:
-    """Grade many answers with one batched ``generate`` call of a ``ChatModel``."""
+JUDGE_MODES = ("generate", "logprob", "auto")
+
+# What each verdict looks like as the judge's whole reply, for scoring by log-probability.
+_VERDICT_REPLIES = {"label": ('{"label": "CORRECT"}', '{"label": "WRONG"}'), "yes_no": ("yes", "no")}
+
+
+def judge_batch(judge, benchmark: str, items: list[QAItem], responses: list[str], max_new_tokens: int = 24,
+                mode: str = "auto") -> list[Verdict]:
+    """Grade many answers with a ``ChatModel``.
+
+    ``generate``: the judge writes its verdict (one batched call) and we parse it. ``logprob``:
+    each verdict is scored as the judge's whole reply and the likelier one wins; a judge too small
+    to follow the reply format (SmolLM2-135M echoes the instructions) still gives a verdict.
+    ``auto``: ``logprob`` for in-process models (they expose ``choice_logprobs_batch``), else
+    ``generate``.
+    """
     from membuilder.llm.base import Sampling
 
+    if mode not in JUDGE_MODES:
+        raise ValueError(f"judge mode {mode!r}; expected one of {JUDGE_MODES}")
     if not items:
         return []
     prompts = [judge_prompt(benchmark, it, r) for it, r in zip(items, responses, strict=True)]
+    local = hasattr(judge, "choice_logprobs_batch") or hasattr(getattr(judge, "model", None), "choice_logprobs_batch")
+    if mode == "logprob" or (mode == "auto" and local):
+        yes, no = _VERDICT_REPLIES["yes_no" if benchmark == "longmemeval" else "label"]
+        from membuilder.agents.choice import score_options
+
+        scores = score_options(judge, prompts, [[yes, no]] * len(prompts))
+        return [Verdict(s[0] >= s[1], yes if s[0] >= s[1] else no) for s in scores]
     outs = judge.generate(prompts, Sampling(temperature=0.0, max_new_tokens=max_new_tokens, stop=["\n\n"]))
     return [Verdict(parse_verdict(benchmark, o.text), o.text) for o in outs]

@@ -63,6 +63,8 @@ class EvalConfig:
     construct_max_tokens: int = field(default=384, metadata={"help": "new tokens per memory-agent output (membuilder)"})
     answer_max_tokens: int = field(default=64, metadata={"help": "new tokens per answer"})
     judge_max_tokens: int = field(default=24, metadata={"help": "new tokens per verdict"})
+    judge_mode: str = field(default="auto", metadata={"help": "generate (parse the written verdict), logprob (likelier "
+                                                              "verdict wins), auto (logprob for local models)"})
 
     # Fields that change the numbers: a rerun must agree on all of them to reuse results.
     def fingerprint(self) -> dict[str, Any]:
@@ -225,7 +227,7 @@ def evaluate(cfg: EvalConfig, models: dict[str, Any] | None = None, quiet: bool 
                     with _Stage(stages, "answer", models["answerer"]):
                         answers = _answer(cfg, models["answerer"], conv, batch, contexts)
                     with _Stage(stages, "judge", models["judge"]):
-                        verdicts = judge_batch(models["judge"], cfg.benchmark, batch, answers, cfg.judge_max_tokens)
+                        verdicts = judge_batch(models["judge"], cfg.benchmark, batch, answers, cfg.judge_max_tokens, cfg.judge_mode)
                     for item, ctx, ans, v in zip(batch, contexts, answers, verdicts, strict=True):
                         rec = _record(cfg, conv, item, ctx, ans, v)
                         done[item.id] = rec
