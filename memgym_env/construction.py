@@ -322,6 +322,22 @@ class MemoryGymEnv(gym.Env):
 
 
 
+def make_vector_env(num_envs: int = 1, **kwargs: Any) -> gym.vector.SyncVectorEnv:
+    """``gym.make_vec("MemoryGym-v0", num_envs, vectorization_mode="vector_entry_point")``.
+
+    The sub-environments share one embedder, one embedding cache and one answer model, so N
+    environments cost one model load instead of N.
+    """
+    first = MemoryGymEnv(**kwargs)
+    first._ensure_models()
+    envs = [first]
+    for _ in range(num_envs - 1):
+        env = MemoryGymEnv(**kwargs)
+        env._cache, env._models, env._episodes = first._cache, first._models, first.episodes
+        envs.append(env)
+    return gym.vector.SyncVectorEnv([lambda e=e: e for e in envs])
+
+
 class SessionScorer:
     """Every session of MemoryGym-v0's episodes as a ``CandidateScorer`` for the trainer.
 

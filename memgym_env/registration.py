@@ -11,7 +11,7 @@ def register_envs() -> None:
         gym.register(
             id="MemoryGym-v0",
             entry_point="memgym_env.construction:MemoryGymEnv",
-            vector_entry_point=None,
+            vector_entry_point="memgym_env.construction:make_vector_env",
             nondeterministic=False,
         )
     if "MemoryGym-Interactive-v0" not in registered:

@@ -125,6 +125,13 @@ def test_registered_env_and_vector_envs_run():
         _, rewards, *_ = venv.step(actions)
         assert list(rewards) == [0.0, 0.0]
         venv.close()
+    shared = gym.make_vec("MemoryGym-v0", num_envs=3, vectorization_mode="vector_entry_point",
+                          answer_mode="evidence", world_overrides=SMALL)
+    obs, _ = shared.reset(seed=0)
+    assert len(obs["session"]) == 3
+    subs = [e for e in shared.envs]
+    assert subs[0]._cache is subs[1]._cache is subs[2]._cache  # one embedder for all
+    shared.close()
 
 
 def test_bad_config_is_a_clear_error():
