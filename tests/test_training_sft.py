@@ -44,7 +44,7 @@ def test_oracle_dataset_renders_the_policy_prompts_on_the_expert_snapshot(world,
     records = world_expert_records(world, [0], embedder, limit=6)
     assert len(records) == 6
     first, later = records[0]["observation"], records[-1]["observation"]
-    assert first["core"] == "" and first["semantic"] == []  # empty memory before the first session
+    assert first["core"] == "" and len(first["semantic"]) == 0  # empty memory before the first session
     assert later["core"] and later["semantic"]  # the expert's own writes show up in later views
     rows = sft_rows(records)
     assert [r["agent"] for r in rows[:4]] == list(AGENTS)
