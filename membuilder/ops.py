@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar
 
 AGENTS: tuple[str, ...] = ("core", "episodic", "semantic", "procedural")
 SEARCHABLE_AGENTS: tuple[str, ...] = ("episodic", "semantic", "procedural")
@@ -74,7 +74,7 @@ class Skip:
     action: ClassVar[str] = "SKIP"
 
 
-Op = Union[CoreAppend, CoreReplace, CoreRewrite, Add, Update, Merge, Skip]
+Op = CoreAppend | CoreReplace | CoreRewrite | Add | Update | Merge | Skip
 
 # action name -> (class, {field: kind}); kind "str" or "str_list".
 _SPECS: dict[str, tuple[type, dict[str, str]]] = {

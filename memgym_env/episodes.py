@@ -70,7 +70,7 @@ def conversation_episodes(path: str | Path, qa_path: str | Path | None = None,
             target.qa.append(qa)
     experts: dict[str, dict[str, dict[str, str]]] = {}
     if expert_path is not None:
-        for n, line in enumerate(Path(expert_path).read_text(encoding="utf-8").splitlines(), 1):
+        for line in Path(expert_path).read_text(encoding="utf-8").splitlines():
             if line.strip():
                 rec = json.loads(line)
                 experts.setdefault(rec["conversation"], {})[rec["session"]] = rec["outputs"]

@@ -43,7 +43,10 @@ class LengthRule:
     tolerance: int = TOLERANCE_TOKENS
 
 
-def core_length_penalty(tokens: int, rule: LengthRule = LengthRule()) -> float:
+DEFAULT_LENGTH_RULE = LengthRule()
+
+
+def core_length_penalty(tokens: int, rule: LengthRule = DEFAULT_LENGTH_RULE) -> float:
     if tokens <= rule.core_free:
         return 0.0
     if tokens >= rule.core_full:
@@ -51,7 +54,7 @@ def core_length_penalty(tokens: int, rule: LengthRule = LengthRule()) -> float:
     return (tokens - rule.core_free) / (rule.core_full - rule.core_free)
 
 
-def store_length_penalty(written: int, expert: int, rule: LengthRule = LengthRule()) -> float:
+def store_length_penalty(written: int, expert: int, rule: LengthRule = DEFAULT_LENGTH_RULE) -> float:
     if expert <= 0 or abs(written - expert) < rule.tolerance:
         return 0.0
     q = written / expert
@@ -62,7 +65,7 @@ def store_length_penalty(written: int, expert: int, rule: LengthRule = LengthRul
     return min(1.0, (rule.ratio_low - q) / 0.3)
 
 
-def length_penalty(agent: str, written: int, expert: int, rule: LengthRule = LengthRule()) -> float:
+def length_penalty(agent: str, written: int, expert: int, rule: LengthRule = DEFAULT_LENGTH_RULE) -> float:
     return core_length_penalty(written, rule) if agent == "core" else store_length_penalty(written, expert, rule)
 
 

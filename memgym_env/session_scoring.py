@@ -77,7 +77,7 @@ def score_session(
     alpha: float = 4.0,
     lam: float = R.LAMBDA,
     answer_k: int = 10,
-    length_rule: R.LengthRule = R.LengthRule(),
+    length_rule: R.LengthRule = R.DEFAULT_LENGTH_RULE,
 ) -> list[ScoredCandidate]:
     if mode not in ANSWER_MODES:
         raise ValueError(f"answer mode {mode!r}; expected one of {ANSWER_MODES}")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from fuzz_corpus import corpus
+
 from membuilder.memory import CORE_LIMIT, MemoryBank
 from membuilder.ops import AGENTS, Add, Merge, Update, parse, render_ops
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from fuzz_corpus import corpus
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from fuzz_corpus import corpus
 
 from membuilder.ops import (
     AGENTS,

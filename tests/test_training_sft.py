@@ -12,6 +12,7 @@ torch.set_num_threads(1)
 
 from membuilder.ops import AGENTS, parse  # noqa: E402
 from membuilder.training.chat_templates import ensure_generation_markers  # noqa: E402
+from membuilder.training.tiny import byte_tokenizer, tiny_llama  # noqa: E402
 from membuilder.training.trajectories import (  # noqa: E402
     SessionText,
     build_trajectory,
@@ -20,7 +21,6 @@ from membuilder.training.trajectories import (  # noqa: E402
     to_dataset,
     write_jsonl,
 )
-from membuilder.training.tiny import byte_tokenizer, tiny_llama  # noqa: E402
 from train.common import oracle_outputs, user_sessions, world_expert_records  # noqa: E402
 
 

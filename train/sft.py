@@ -44,7 +44,6 @@ def expert_records(args: SFTScriptArgs):
     from membuilder.llm import load_chat_model
     from membuilder.memory.bank import MemoryBank
     from membuilder.training.trajectories import SessionText, build_trajectory, policy_writer
-
     from memgym_env.conversation import Conversation
 
     if args.conversations:

@@ -13,7 +13,19 @@ from membuilder.memory.core import CORE_LIMIT, Compressor, CoreBlock, CoreEvent
 from membuilder.memory.embedding_cache import EmbeddingCache
 from membuilder.memory.entry import MEMORY_TYPES, Entry, Hit
 from membuilder.memory.store import VectorStore, search_stores
-from membuilder.ops import Add, CoreAppend, CoreReplace, CoreRewrite, Merge, Op, Parsed, Skip, Update, parse, written_text
+from membuilder.ops import (
+    Add,
+    CoreAppend,
+    CoreReplace,
+    CoreRewrite,
+    Merge,
+    Op,
+    Parsed,
+    Skip,
+    Update,
+    parse,
+    written_text,
+)
 
 _ID_PREFIX = {"episodic": "epi", "semantic": "sem", "procedural": "pro"}
 

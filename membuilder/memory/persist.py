@@ -155,7 +155,7 @@ def load_bank(path: Path, embedder=None, cache: EmbeddingCache | None = None, co
         events=[CoreEvent(**e) for e in core.get("events", [])],
     )
     chain, start = [], 0
-    for i, seg_meta in enumerate(meta.get("segments", [])):
+    for seg_meta in meta.get("segments", []):
         end = start + seg_meta["size"]
         graphs = {t: np.load(folder / name, allow_pickle=False) for t, name in seg_meta.get("graphs", {}).items()
                   if t in MEMORY_TYPES}
