@@ -1,127 +1,89 @@
-"""``memgym demo``: a tour of the memory bank on real LoCoMo sessions."""
+"""``memgym demo``: the main job on the embedded defaults, end to end, with a report."""
 
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import time
 from pathlib import Path
 
-HELP = "Build a memory bank from real LoCoMo sessions, query it, save and reload it."
+HELP = "The main job end to end: world, MemoryGym-v0, assistants, report."
 EXAMPLES = """examples:
-  memgym demo                       # 4 sessions of LoCoMo conv-26, results in demo-out/
-  memgym demo --sessions 8 --out /tmp/tour
+  memgym demo                          # default sizes, SmolLM2-135M on CPU, report in demo-out/
+  memgym demo --quick                  # the smallest run (under 2 minutes on 2 CPU cores)
+  memgym demo --full                   # the issue's sizes: 3 users x 4 periods, on-policy, longer outputs
+  memgym demo --model openai:Qwen/Qwen3-4B@http://localhost:8000/v1 --full
+  memgym demo --model /path/to/a/local/hf/model --out runs/demo-big
+  memgym demo --tour                   # the memory-bank tour on LoCoMo conv-26 (no language model)
 """
-
-DEFAULT_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "locomo" / "locomo10_conv-26.json"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="a LoCoMo file (default: conv-26 from ../shared/data)")
-    p.add_argument("--sessions", type=int, default=4, help="how many sessions to write into memory (default 4)")
-    p.add_argument("--questions", type=int, default=6, help="how many of those sessions' questions to ask (default 6)")
-    p.add_argument("--out", type=Path, default=Path("demo-out"), help="folder for the saved bank (default demo-out)")
+    from memgym_env.demo_tour import DEFAULT_DATA
+
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="smallest sizes (1 user, 2 periods, replayed sessions)")
+    size.add_argument("--full", action="store_true", help="3 users x 4 periods, on-policy, longer outputs (slow on CPU)")
+    size.add_argument("--tour", action="store_true", help="only the memory-bank tour on LoCoMo (no language model)")
+    p.add_argument("--model", default="smollm2-135m",
+                   help="chat model spec: a registry name, a local path, or openai:NAME@URL (default smollm2-135m)")
     p.add_argument("--embedder", default="minilm", help="embedder spec (default: minilm, offline)")
-
-
-def session_outputs(sample: dict, n: int) -> list[dict]:
-    """The four agents' outputs for a session, written from LoCoMo's own annotations.
-
-    LoCoMo annotates every session with dated events and per-speaker observations (each tied to
-    the dialogue turn it came from). Rendered as agent operations they make a faithful expert
-    memory, so the tour needs no language model.
-    """
-    from membuilder.ops import Add, CoreAppend, CoreReplace, render_ops
-
-    conv = sample["conversation"]
-    speakers = [conv.get("speaker_a", "A"), conv.get("speaker_b", "B")]
-    out = []
-    for i in range(1, n + 1):
-        date = conv.get(f"session_{i}_date_time")
-        if f"session_{i}" not in conv or date is None:
-            break
-        events = sample.get("event_summary", {}).get(f"events_session_{i}", {})
-        observations = sample.get("observation", {}).get(f"session_{i}_observation", {})
-        day = events.get("date") or date
-        episodic = [Add(f"{day}: {ev} | Details: told by {who} in the conversation of {date}")
-                    for who in speakers for ev in events.get(who, [])]
-        semantic = [Add(f"{who}: {text} | Details: from turn {turn}") for who in speakers
-                    for text, turn in observations.get(who, [])]
-        core = (CoreAppend(f"Friends talking: {' and '.join(speakers)}. Last conversation: {date}.") if i == 1
-                else CoreReplace(f"Last conversation: {conv[f'session_{i - 1}_date_time']}.", f"Last conversation: {date}."))
-        out.append({
-            "session": f"session_{i}",
-            "time": date,
-            "turns": len(conv[f"session_{i}"]),
-            "outputs": {
-                "core": render_ops("core", [core]),
-                "episodic": render_ops("episodic", episodic),
-                "semantic": render_ops("semantic", semantic),
-                "procedural": render_ops("procedural", []),
-            },
-        })
-    return out
+    p.add_argument("--seed", type=int, default=7, help="world seed (default 7)")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: fastest on 2 shared cores)")
+    p.add_argument("--out", type=Path, default=Path("demo-out"), help="report folder (default demo-out)")
+    p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="LoCoMo file for --tour (default conv-26)")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.tour:
+        from memgym_env.demo_tour import run_tour
+
+        return run_tour(argparse.Namespace(data=args.data, sessions=4, questions=6, out=args.out / "tour",
+                                           embedder=args.embedder))
+    if args.threads < 1:
+        raise ValueError("--threads must be at least 1")
+    os.environ["MEMGYM_TORCH_THREADS"] = str(args.threads)
+    import shutil
+
     from rich.console import Console
     from rich.table import Table
 
+    from membuilder.llm import load_chat_model
     from membuilder.llm.embedders import load_embedder
-    from membuilder.memory import MemoryBank
+    from memgym_env import demo
+    from memgym_env.demo_report import interactive_table, write_report
 
-    import sys
+    preset = "quick" if args.quick else "full" if args.full else "default"
+    sizes = demo.PRESETS[preset]
+    started, load = time.perf_counter(), os.getloadavg()
+    args.out.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(args.out / "runs", ignore_errors=True)  # the demo's own run folders: always a fresh run
+    console = Console()
+    with console.status(f"loading {args.model} and {args.embedder}"):
+        model, embedder = load_chat_model(args.model), load_embedder(args.embedder)
+    with demo.Progress([model]) as progress:
+        progress.set("world", f"{sizes.users} users x {sizes.periods} periods")
+        world = demo.make_world(sizes, args.out, args.seed)
+        rollouts = demo.rollouts(world, sizes, model, progress)
+        results = demo.interactive(world, sizes, model, embedder, args.model, args.out, progress)
+        progress.set("report", "")
+        meta = {"model": args.model, "embedder": args.embedder, "preset": preset, "seed": args.seed,
+                "sizes": demo.sizes_dict(sizes), "world": str(world), "cpus": os.cpu_count(),
+                "load_average": [round(x, 2) for x in load], "model_calls": progress.calls(),
+                "wall_s": time.perf_counter() - started}
+        paths = write_report(args.out, meta, rollouts, results)
 
-    # Wide enough for the tables when piped to a log, as in CI.
-    console = Console(width=None if sys.stdout.isatty() else 150)
-    if not args.data.exists():
-        raise FileNotFoundError(f"{args.data}: LoCoMo file not found (pass --data)")
-    if args.sessions < 1:
-        raise ValueError("--sessions must be at least 1")
-    sample = json.loads(args.data.read_text(encoding="utf-8"))[0]
-
-    with console.status("loading the embedder (all-MiniLM-L6-v2, offline)"):
-        t0 = time.perf_counter()
-        bank = MemoryBank(load_embedder(args.embedder))
-    console.print(f"embedder ready in {time.perf_counter() - t0:.1f}s")
-
-    sessions = session_outputs(sample, args.sessions)
-    written = Table(title=f"Writing {len(sessions)} sessions of LoCoMo {sample.get('sample_id', '')}")
-    for col in ("session", "time", "turns", "core", "episodic +", "semantic +", "warnings"):
-        written.add_column(col)
-    for s in sessions:
-        added, warnings = {}, 0
-        for agent, text in s["outputs"].items():
-            applied = bank.apply(agent, text, time=s["time"], session=s["session"])
-            if not applied.valid:
-                raise ValueError(f"{args.data}: {s['session']}: {agent} output rejected: {applied.errors}")
-            added[agent] = len(applied.added_ids)
-            warnings += len(applied.warnings)
-        written.add_row(s["session"], s["time"], str(s["turns"]), f"{bank.core.usage:.1f}%",
-                        str(added["episodic"]), str(added["semantic"]), str(warnings))
-    console.print(written)
-    console.print(f"[bold]Core[/bold] ({len(bank.core.text)} chars): {bank.core.text}")
-    console.print(f"[bold]Entries[/bold]: {bank.counts()}")
-
-    session_ids = {f"D{i}" for i in range(1, len(sessions) + 1)}
-    asked = [q for q in sample["qa"] if q.get("category") in (1, 2, 3, 4) and q.get("evidence")
-             and all(e.split(":")[0] in session_ids for e in q["evidence"])][: args.questions]
-    hits_per_q = bank.retrieve_many([q["question"] for q in asked], k=10)
-    shown = Table(title="Retrieval: top memory for questions about those sessions (top-10 over all types)")
-    for col in ("question", "gold answer", "top memory", "score", "evidence in top-10"):
-        shown.add_column(col, overflow="fold")
-    for q, hits in zip(asked, hits_per_q):
-        found = any(ev in h.entry.text for h in hits for ev in q["evidence"])
-        top = hits[0] if hits else None
-        shown.add_row(q["question"], str(q.get("answer")), top.entry.text if top else "-",
-                      f"{top.score:.3f}" if top else "-", "yes" if found else "no")
-    console.print(shown)
-
-    path = bank.save(args.out / "bank")
-    reloaded = MemoryBank.load(path, cache=bank.cache)
-    same = all([h.id for h in a] == [h.id for h in b]
-               for a, b in zip(hits_per_q, reloaded.retrieve_many([q["question"] for q in asked], k=10)))
-    console.print(f"saved the bank to {path} ({len(reloaded)} entries); reloaded bank retrieves identically: {same}")
-    if not same:
-        raise RuntimeError("reloaded bank retrieved differently from the saved one")
+    rows = interactive_table(results)
+    table = Table(title=f"MemGym demo ({preset}, {meta['wall_s']:.0f} s, {meta['model_calls']} model calls)")
+    for col in rows[0]:
+        table.add_column(col)
+    for r in rows[1:]:
+        table.add_row(*r)
+    console.print(table)
+    built = ", ".join(f"{n} {r['mean_reward']:.2f}" for n, r in rollouts.items())
+    console.print(f"MemoryGym-v0 mean reward per session: {built}")
+    for name, path in paths.items():
+        console.print(f"  {name:20s} {path}")
+    console.print("A bigger model: memgym demo --full --model openai:Qwen/Qwen3-4B@http://localhost:8000/v1 "
+                  "(any OpenAI-compatible server) or --model /path/to/local/model")
     return 0

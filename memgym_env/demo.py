@@ -1,0 +1,155 @@
+"""The main job of ``memgym demo``, stage by stage: world, MemoryGym-v0 rollouts, interactive evaluation.
+
+Each stage is a plain function that returns JSON-ready results; ``memgym_env.demo_report`` turns
+them into ``report.json``, ``report.md`` and the plots. ``Progress`` is the live display.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+POLICIES = ("oracle", "empty", "membuilder")
+ASSISTANTS = ("rag", "awe", "membuilder", "oracle")
+EMPTY_ACTION = {"core": "", "episodic": '{"operations": []}', "semantic": '{"operations": []}',
+                "procedural": '{"operations": []}'}
+
+
+@dataclass
+class DemoSizes:
+    """How big the demo is; ``QUICK``, ``DEFAULT`` and ``FULL`` are the three presets."""
+
+    users: int = field(metadata={"help": "users in the generated world"})
+    periods: int = field(metadata={"help": "periods per user (period 0 plus updates)"})
+    questions: int = field(metadata={"help": "questions per user in the world"})
+    rollout_sessions: int = field(metadata={"help": "MemoryGym-v0 sessions per policy (first user)"})
+    policy_sessions: int = field(metadata={"help": "of those, sessions written by the SmolLM2 MemBuilder policy"})
+    policy_tokens: int = field(metadata={"help": "longest output of one MemBuilder agent in MemoryGym-v0"})
+    eval_users: int = field(metadata={"help": "users played through the interactive evaluation"})
+    on_policy: bool = field(metadata={"help": "assistants converse with the simulated user (else: replay the world's sessions)"})
+    changes_per_period: int = 1  # state changes per update period: fewer changes, fewer sessions
+    reply_tokens: int = 16
+    write_tokens: int = 32
+    top_k: int = 5
+
+
+# Measured on 2 shared CPU cores (see README): QUICK under 2 minutes, DEFAULT under 10.
+QUICK = DemoSizes(users=1, periods=2, questions=1, rollout_sessions=3, policy_sessions=1, policy_tokens=16,
+                  eval_users=1, on_policy=False, write_tokens=16, top_k=3)
+DEFAULT = DemoSizes(users=3, periods=4, questions=2, rollout_sessions=6, policy_sessions=2, policy_tokens=32,
+                    eval_users=1, on_policy=False, write_tokens=24)
+FULL = DemoSizes(users=3, periods=4, questions=4, rollout_sessions=16, policy_sessions=16, policy_tokens=256,
+                 eval_users=3, on_policy=True, changes_per_period=4, reply_tokens=48, write_tokens=128, top_k=10)
+PRESETS = {"quick": QUICK, "default": DEFAULT, "full": FULL}
+
+
+class Progress:
+    """A live line: stage, user and period, model calls so far, elapsed time (rich)."""
+
+    def __init__(self, models: list[Any]):
+        from rich.console import Console
+        from rich.live import Live
+
+        self.models, self.stage, self.where, self.started = models, "", "", time.perf_counter()
+        self.console = Console()
+        self.live = Live(self._render(), console=self.console, refresh_per_second=2, transient=False)
+
+    def calls(self) -> int:
+        total = 0
+        for m in self.models:
+            ledger = getattr(m, "ledger", None) or getattr(getattr(m, "model", None), "ledger", None)
+            total += int(ledger.total.to_dict().get("calls", 0)) if ledger is not None else 0
+        return total
+
+    def _render(self):
+        from rich.text import Text
+
+        return Text.assemble(("demo ", "bold"), (f"{self.stage}", "cyan"), f"  {self.where}  ",
+                             (f"model calls {self.calls()}", "magenta"),
+                             f"  {time.perf_counter() - self.started:.0f}s")
+
+    def set(self, stage: str | None = None, where: str = "") -> None:
+        if stage is not None:
+            self.stage = stage
+        self.where = where
+        self.live.update(self._render())
+
+    def __enter__(self) -> Progress:
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.live.update(self._render())
+        self.live.__exit__(*exc)
+
+
+def make_world(sizes: DemoSizes, out: Path, seed: int) -> Path:
+    """A seeded offline world of ``sizes.users`` users and ``sizes.periods`` periods, written to ``out``."""
+    from memgym_env.world import generate_world, load_config, write_world
+
+    cfg = load_config(None, {"num_users": sizes.users, "num_periods": sizes.periods - 1,
+                             "num_questions": sizes.questions, "seed": seed,
+                             "changes_per_period": sizes.changes_per_period, "changes_jitter": 0})
+    path = out / "world.json"
+    write_world(generate_world(cfg), path)
+    return path
+
+
+def rollouts(world: Path, sizes: DemoSizes, model, progress: Progress) -> dict[str, Any]:
+    """MemoryGym-v0 on the first user with each policy; per-agent rewards per session."""
+    from membuilder.agents.constructor import MemBuilderPolicy
+    from membuilder.llm.base import Sampling
+    from membuilder.ops import AGENTS
+    from memgym_env.construction import ConstructionConfig, MemoryGymEnv
+
+    env = MemoryGymEnv(ConstructionConfig(world_path=str(world), answer_mode="evidence", questions_per_session=3))
+    policy = MemBuilderPolicy(model, Sampling(temperature=0.0, max_new_tokens=sizes.policy_tokens))
+    out: dict[str, Any] = {}
+    for name in POLICIES:
+        obs, info = env.reset(seed=0, options={"episode": 0})
+        total = min(sizes.rollout_sessions if name != "membuilder" else sizes.policy_sessions, info["num_sessions"])
+        steps = []
+        for i in range(total):
+            progress.set(f"MemoryGym-v0 · {name} policy", f"session {i + 1}/{total}")
+            action = env.unwrapped.expert_action() if name == "oracle" else \
+                EMPTY_ACTION if name == "empty" else policy.act(obs)
+            obs, reward, done, _, info = env.step(action)
+            steps.append({"session": info["session_index"], "reward": reward, "task_reward": info["task_reward"],
+                          "agent_rewards": info["agent_rewards"], "valid": info["valid"]})
+            if done:
+                break
+        n = max(len(steps), 1)
+        out[name] = {"sessions": len(steps), "mean_reward": sum(s["reward"] for s in steps) / n,
+                     "per_agent": {a: sum(s["agent_rewards"][a] for s in steps) / n for a in AGENTS},
+                     "valid": {a: sum(float(s["valid"][a]) for s in steps) / n for a in AGENTS},
+                     "steps": steps}
+    return out
+
+
+def interactive(world: Path, sizes: DemoSizes, model, embedder, model_spec: str, out: Path,
+                progress: Progress, assistants: tuple[str, ...] = ASSISTANTS) -> dict[str, Any]:
+    """The interactive evaluation of each assistant (oracle is the upper bound); results per assistant."""
+    from memgym_env.interactive_runner import RunConfig, evaluate_one
+    from memgym_env.world import read_world
+
+    w = read_world(world)
+    cache: dict = {}
+    results = {}
+    for name in assistants:
+        progress.set(f"interactive · {name}", "starting")
+
+        def period_done(user: str, period: int, name: str = name) -> None:
+            progress.set(None, f"{user} period {period + 1}/{sizes.periods} done")
+
+        cfg = RunConfig(world=str(world), assistant=name, out=str(out / "runs" / name), model=model_spec,
+                        users=sizes.eval_users, replay=None if sizes.on_policy else "world",
+                        reply_tokens=sizes.reply_tokens, write_tokens=sizes.write_tokens, top_k=sizes.top_k,
+                        factual_recall=False)
+        results[name] = evaluate_one(cfg, w, model, embedder, cache, on_period_end=period_done)
+    return results
+
+
+def sizes_dict(sizes: DemoSizes) -> dict[str, Any]:
+    return asdict(sizes)
