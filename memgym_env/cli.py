@@ -28,8 +28,15 @@ def _load(name: str):
     return importlib.import_module(f"memgym_env.commands.{COMMANDS[name]}")
 
 
+class _Parser(argparse.ArgumentParser):
+    """Wrong arguments get one line that says what was wrong and where to look, not a usage dump."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser(load_all: bool = True) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="memgym",
         description="MemGym: train and evaluate the long-term memory of LLM assistants.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
