@@ -20,6 +20,7 @@ finished session), ``context`` (the memory shown for a query) and ``state_dict``
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -87,7 +88,7 @@ def fit_newest(blocks: Sequence[str], budget: int, count: Callable[[str], int]) 
     return "\n".join(reversed(kept))
 
 
-class ChatAssistant:
+class ChatAssistant(ABC):
     """Shared behaviour: reply with memory in the system prompt, answer by scoring option numbers.
 
     Arguments: ``model`` (a ``ChatModel``), ``reply_tokens`` (longest reply), ``context_tokens``
@@ -108,21 +109,25 @@ class ChatAssistant:
         self._reset_memory()
 
     # ---- hooks ---------------------------------------------------------------------------
+    @abstractmethod
     def _reset_memory(self) -> None:
-        raise NotImplementedError
+        """Each memory system supplies its own."""
 
+    @abstractmethod
     def _commit(self, messages: list[Message], time: str, session_id: str, facts: Mapping[str, str] | None) -> None:
-        raise NotImplementedError
+        """Each memory system supplies its own."""
 
+    @abstractmethod
     def context(self, query: str, time: str) -> str:
         """The memory text shown to the model for ``query``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def state_dict(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """Each memory system supplies its own."""
 
+    @abstractmethod
     def load_dict(self, state: dict[str, Any]) -> None:
-        raise NotImplementedError
+        """Each memory system supplies its own."""
 
     # ---- protocol ------------------------------------------------------------------------
     def count_tokens(self, text: str) -> int:
