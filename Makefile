@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test bench lint clean
+.PHONY: setup demo test bench ladder lint clean
 
 setup: $(STAMP)
 
@@ -36,6 +36,10 @@ bench: setup
 	$(PY) bench/env_step.py
 	$(PY) bench/world_generation.py
 	$(PY) bench/generation.py --threads 1
+
+# base -> SFT -> SFT+GRPO / SFT+ADRPO on held-out users; about an hour on 2 CPU cores.
+ladder: setup
+	$(PY) train/ladder.py --config configs/train/ladder_smollm2_cpu.yaml
 
 lint: setup
 	$(PY) -m ruff check membuilder memgym_env train tests bench

@@ -13,13 +13,16 @@ from trl import ModelConfig, SFTConfig, TrlParser  # noqa: E402
 
 from membuilder.training.adrpo import ADRPOConfig  # noqa: E402
 from train.adrpo import ADRPOScriptArgs  # noqa: E402
-from train.common import require_vllm  # noqa: E402
+from train.common import parse_users, require_vllm  # noqa: E402
+from train.ladder import LadderArgs  # noqa: E402
 from train.sft import SFTScriptArgs  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "train"
 
 
 def _parse(name: str):
+    if name.startswith("ladder"):
+        return TrlParser((LadderArgs,)).parse_args_and_config(["--config", str(CONFIGS / name)])
     kind = (ADRPOScriptArgs, ADRPOConfig, ModelConfig) if name.startswith("adrpo") else (SFTScriptArgs, SFTConfig, ModelConfig)
     # GPU configs ask for bf16, which TrainingArguments refuses on a CPU-only torch: override just that here
     cpu = [] if "cpu" in name else ["--bf16", "false", "--use_cpu", "true", "--gradient_checkpointing", "false"]
@@ -28,6 +31,13 @@ def _parse(name: str):
 
 @pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.glob("*.yaml")))
 def test_config_parses(name):
+    if name.startswith("ladder"):
+        (ladder,) = _parse(name)
+        assert len(ladder.seeds) >= 2
+        assert not set(parse_users(ladder.train_users)) & set(parse_users(ladder.held_out_users))
+        for stage in (ladder.sft_config, ladder.adrpo_config):
+            assert (CONFIGS.parents[1] / stage).exists()
+        return
     script, args, model = _parse(name)
     assert model.model_name_or_path
     if name.startswith("adrpo"):

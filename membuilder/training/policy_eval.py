@@ -1,0 +1,82 @@
+"""How well a policy writes memory on sessions it never trained on: JSON validity and reward.
+
+The policy plays the four agents of each session greedily, from the prompts RL uses
+(``prompts.fit_prompt``), and each session's four outputs are scored as one rollout by every
+scorer given (e.g. MemoryGym-v0 in ``evidence`` and in ``choice`` answer mode). The scorer is
+passed in, so this module never imports the environment.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from membuilder.ops import AGENTS, parse
+from membuilder.training.prompts import fit_prompt, token_counter
+from membuilder.training.rewards import CandidateScorer
+
+
+def generate_greedy(model, tokenizer, prompts: Sequence[list[dict[str, str]]], max_new_tokens: int = 256,
+                    batch_size: int = 8, progress: Callable[[int], None] | None = None) -> list[str]:
+    """Greedy completions of chat prompts, batched with left padding (deterministic for a seed-free run)."""
+    import torch
+
+    side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    outs: list[str] = []
+    model.eval()
+    try:
+        # Longest prompts first, so a batch pads little; the original order is restored at the end.
+        order = sorted(range(len(prompts)), key=lambda i: -len(str(prompts[i])))
+        by_index: dict[int, str] = {}
+        for start in range(0, len(order), batch_size):
+            idx = order[start:start + batch_size]
+            texts = [tokenizer.apply_chat_template(prompts[i], add_generation_prompt=True, tokenize=False) for i in idx]
+            enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+            with torch.no_grad():
+                gen = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
+                                     pad_token_id=tokenizer.pad_token_id)
+            width = enc["input_ids"].shape[1]
+            for i, row in zip(idx, gen, strict=True):
+                by_index[i] = tokenizer.decode(row[width:], skip_special_tokens=True)
+            if progress:
+                progress(len(idx))
+        outs = [by_index[i] for i in range(len(prompts))]
+    finally:
+        tokenizer.padding_side = side
+    return outs
+
+
+def evaluate_policy(model, tokenizer, scorers: Mapping[str, CandidateScorer], session_keys: Sequence[str] | None = None,
+                    *, max_new_tokens: int = 256, max_prompt_tokens: int | None = None, batch_size: int = 8,
+                    progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Validity per agent and mean session reward per scorer, on ``session_keys`` (default: all).
+
+    Every scorer must know the same sessions; the first one renders the observations.
+    Returns ``{"valid_rate": {agent: share}, "reward": {name: mean r}, "task_reward": {name: mean},
+    "sessions": n, "outputs": {key: {agent: text}}}``; ``reward`` is the mean over agents of
+    r_a = 1[valid_a] * r_task * (1 - lambda * l_a), the quantity ADRPO maximises.
+    """
+    if not scorers:
+        raise ValueError("evaluate_policy needs at least one scorer")
+    first = next(iter(scorers.values()))
+    keys = list(session_keys if session_keys is not None else first.session_keys())
+    count = token_counter(tokenizer)
+    prompts, slots = [], []
+    for key in keys:
+        obs = first.observation(key)
+        for agent in AGENTS:
+            prompts.append(fit_prompt(agent, obs, count, max_prompt_tokens))
+            slots.append((key, agent))
+    texts = generate_greedy(model, tokenizer, prompts, max_new_tokens, batch_size, progress)
+    outputs: dict[str, dict[str, str]] = defaultdict(dict)
+    for (key, agent), text in zip(slots, texts, strict=True):
+        outputs[key][agent] = text
+    valid = {a: sum(parse(a, outputs[k][a]).valid for k in keys) / max(1, len(keys)) for a in AGENTS}
+    reward, task = {}, {}
+    for name, scorer in scorers.items():
+        scored = [scorer.score(k, [outputs[k]], alpha=1.0)[0] for k in keys]
+        reward[name] = sum(r.reward for r in scored) / max(1, len(scored))
+        task[name] = sum(r.task_reward for r in scored) / max(1, len(scored))
+    return {"valid_rate": valid, "reward": reward, "task_reward": task, "sessions": len(keys),
+            "outputs": dict(outputs)}
