@@ -128,3 +128,27 @@ def test_callback_logs_scores_inside_a_two_step_training_run(smollm, tmp_path):
     logged = [h for h in trainer.state.log_history if "eval/locomo/headline" in h]
     assert len(logged) == 2 and model.training
     assert (tmp_path / "cb" / "step-2" / "results.json").exists()
+
+
+@pytest.mark.slow
+def test_perltqa_end_to_end_reports_memory_classification(smollm, tmp_path):
+    cfg = EvalConfig(benchmark="perltqa", data=str(PERL_MEM), out=str(tmp_path), system="oracle-evidence",
+                     limit=3, answer_max_tokens=12, judge_max_tokens=8)
+    summary = evaluate(cfg, {"answerer": smollm, "judge": smollm}, quiet=True)
+    items = json.loads((tmp_path / "results.json").read_text())["items"]
+    kinds = ("profile", "social_relationship", "events", "dialogues")
+    assert len(items) == 3 and all(it["memory_kind_predicted"] in kinds for it in items)
+    mc = summary["memory_classification"]
+    assert mc["count"] == 3
+    assert mc["accuracy"] == sum(it["memory_kind_predicted"] == it["category"] for it in items) / 3
+    assert "Memory classification" in (tmp_path / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_longmemeval_end_to_end_with_smollm2(smollm, tmp_path):
+    cfg = EvalConfig(benchmark="longmemeval", data=str(LME_ORACLE), out=str(tmp_path), system="oracle-evidence",
+                     limit=2, answer_max_tokens=12, judge_max_tokens=8)
+    summary = evaluate(cfg, {"answerer": smollm, "judge": smollm}, quiet=True)
+    items = json.loads((tmp_path / "results.json").read_text())["items"]
+    assert len(items) == 2 and all(it["answer"] and it["correct"] in (True, False) for it in items)
+    assert summary["overall"]["count"] == 2 and summary["overall"]["unparsed_verdicts"] == 0

@@ -166,3 +166,28 @@ def test_longmemeval_task_average_differs_from_overall():
     assert s["overall"]["count"] == 28 and s["overall"]["accuracy"] == pytest.approx(5 / 28)
     assert s["task_averaged_accuracy"] == pytest.approx(1 / 6)
     assert s["abstention"]["count"] == 4 and s["abstention"]["accuracy"] == pytest.approx(1 / 4)
+
+
+def test_memory_classification_f1_by_hand():
+    from memgym_env.benchmarks.memory_classification import classification_scores
+
+    gold = ["profile", "profile", "events", "events", "events", "dialogues"]
+    pred = ["profile", "events", "events", "events", "dialogues", "dialogues"]
+    s = classification_scores(gold, pred)
+    # profile: tp 1, predicted 1, gold 2 -> P 1, R 1/2, F1 2/3
+    # events: tp 2, predicted 3, gold 3 -> P 2/3, R 2/3, F1 2/3
+    # dialogues: tp 1, predicted 2, gold 1 -> P 1/2, R 1, F1 2/3
+    for kind in ("profile", "events", "dialogues"):
+        assert s["per_kind"][kind]["f1"] == pytest.approx(2 / 3)
+    assert s["per_kind"]["profile"]["recall"] == pytest.approx(0.5)
+    assert s["per_kind"]["events"]["precision"] == pytest.approx(2 / 3)
+    # social_relationship never occurs in gold: reported, but left out of the averages
+    assert s["per_kind"]["social_relationship"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 0,
+                                                    "predicted": 0}
+    assert s["macro_f1"] == pytest.approx(2 / 3) and s["weighted_f1"] == pytest.approx(2 / 3)
+    assert s["accuracy"] == pytest.approx(4 / 6)
+    skewed = classification_scores(["events"] * 3 + ["profile"], ["events"] * 4)
+    assert skewed["macro_f1"] == pytest.approx((2 * 0.75 / 1.75) / 2)
+    assert skewed["weighted_f1"] == pytest.approx(0.75 * (2 * 0.75 / 1.75))
+    with pytest.raises(ValueError, match="3 gold labels but 2"):
+        classification_scores(["a", "b", "c"], ["a", "b"])

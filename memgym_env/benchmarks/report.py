@@ -5,7 +5,9 @@
   is reported apart.
 - LongMemEval: accuracy per question type, overall, task-averaged (mean of the per-type
   accuracies) and on the abstention (``_abs``) questions.
-- PerLTQA: per memory kind, judge accuracy, retrieval recall@k and anchor coverage.
+- PerLTQA: per memory kind, judge accuracy, retrieval recall@k and anchor coverage; and the
+  memory classification (which kind a question needs): precision/recall/F1 per kind, macro
+  and weighted F1.
 
 An item whose judge verdict could not be parsed counts as wrong; the count is shown.
 """
@@ -18,6 +20,7 @@ from typing import Any
 
 from .locomo import HEADLINE_CATEGORIES, LOCOMO_CATEGORIES
 from .longmemeval import LONGMEMEVAL_TYPES
+from .memory_classification import classification_scores
 
 Record = dict[str, Any]
 
@@ -70,8 +73,12 @@ def summarize(benchmark: str, records: list[Record]) -> dict[str, Any]:
             "categories": types,
         }
     if benchmark == "perltqa":
+        classified = [r for r in records if r.get("memory_kind_predicted")]
         return {"benchmark": benchmark, "overall": _group(records),
-                "categories": {str(c): _group(v) for c, v in sorted(by_cat.items(), key=lambda kv: str(kv[0]))}}
+                "categories": {str(c): _group(v) for c, v in sorted(by_cat.items(), key=lambda kv: str(kv[0]))},
+                "memory_classification": classification_scores([r["category"] for r in classified],
+                                                               [r["memory_kind_predicted"] for r in classified])
+                if classified else None}
     raise ValueError(f"unknown benchmark {benchmark!r}")
 
 
@@ -121,6 +128,14 @@ def markdown(summary: dict[str, Any], run: dict[str, Any] | None = None) -> str:
     diag = summary.get("overall", summary.get("headline", {})).get("diagnosis")
     if diag:
         lines += ["", "Where answers fail (share of items): " + ", ".join(f"{k} {_pct(v)}%" for k, v in diag.items())]
+    mc = summary.get("memory_classification")
+    if mc:
+        lines += ["", f"Memory classification (the answer model names the memory kind; n = {mc['count']}): "
+                  f"accuracy {_pct(mc['accuracy'])}%, macro F1 {_pct(mc['macro_f1'])}%, "
+                  f"weighted F1 {_pct(mc['weighted_f1'])}%", "",
+                  "| kind | support | predicted | precision % | recall % | F1 % |", "|---|---|---|---|---|---|"]
+        lines += [f"| {k} | {v['support']} | {v['predicted']} | {_pct(v['precision'])} | {_pct(v['recall'])} | "
+                  f"{_pct(v['f1'])} |" for k, v in mc["per_kind"].items()]
     return "\n".join(lines) + "\n"
 
 
@@ -138,6 +153,10 @@ def print_table(summary: dict[str, Any]) -> None:
     if summary["benchmark"] == "locomo":
         console.print("LoCoMo categories: " + ", ".join(f"{k} {v}" for k, v in summary["category_mapping"].items()))
     console.print(table)
+    mc = summary.get("memory_classification")
+    if mc:
+        console.print(f"memory classification: accuracy {_pct(mc['accuracy'])}%, macro F1 {_pct(mc['macro_f1'])}%, "
+                      f"weighted F1 {_pct(mc['weighted_f1'])}% (n = {mc['count']})")
 
 
 def plot(summary: dict[str, Any], path: str | Path) -> Path:

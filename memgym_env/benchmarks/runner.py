@@ -28,6 +28,7 @@ from .answering import answer_prompt
 from .judges import judge_batch
 from .locomo import LOCOMO_CATEGORIES
 from .locomo_f1 import locomo_f1
+from .memory_classification import classify
 from .report import markdown, plot, print_table, summarize
 from .retrieval_metrics import anchor_coverage, recall_at_k
 from .systems import (
@@ -228,8 +229,14 @@ def evaluate(cfg: EvalConfig, models: dict[str, Any] | None = None, quiet: bool 
                         answers = _answer(cfg, models["answerer"], conv, batch, contexts)
                     with _Stage(stages, "judge", models["judge"]):
                         verdicts = judge_batch(models["judge"], cfg.benchmark, batch, answers, cfg.judge_max_tokens, cfg.judge_mode)
-                    for item, ctx, ans, v in zip(batch, contexts, answers, verdicts, strict=True):
+                    kinds: list[str | None] = [None] * len(batch)
+                    if cfg.benchmark == "perltqa":  # PerLTQA's memory classification, by the answer model
+                        with _Stage(stages, "classify", models["answerer"]):
+                            kinds = classify(models["answerer"], [it.question for it in batch], [conv.id] * len(batch))
+                    for item, ctx, ans, v, kind in zip(batch, contexts, answers, verdicts, kinds, strict=True):
                         rec = _record(cfg, conv, item, ctx, ans, v)
+                        if kind is not None:
+                            rec["memory_kind_predicted"] = kind
                         done[item.id] = rec
                         sink.write(json.dumps(rec, ensure_ascii=False) + "\n")
                     sink.flush()
