@@ -138,3 +138,31 @@ def test_resume_after_an_interrupted_run_matches_an_uninterrupted_one(model, nat
         assert got == want
     with pytest.raises(ValueError, match="different assistant"):
         evaluate_one(cfg(path, run, "oracle"), world, model, None, {})
+
+
+def test_llm_simulator_writes_follow_ups_that_never_name_a_value(model, tiny_world):
+    from memgym_env.simulator import LLMSimulator, value_phrases
+
+    world, _ = tiny_world
+    user = world[0]
+    sim = LLMSimulator(model, max_new_tokens=24)
+    ref = list(user.sessions())[-1]
+    history = [{"role": "user", "content": f"[Current Time: {ref.session.date}] {ref.session.query}"},
+               {"role": "assistant", "content": "That sounds like a big change. How do you feel about it?"}]
+    line = sim.follow_up(user, ref, 1, history)
+    assert line.strip() and not any(p in line.lower() for p in value_phrases(user))
+    assert sim.follow_up(user, ref, 1, history) == line  # greedy: the same conversation, the same line
+    assert model.ledger.to_dict()["by_purpose"]["simulate"]["calls"] >= 2
+
+
+def test_self_evolution_rewrites_the_guide_with_the_real_model(model, embedder):
+    from memgym_env import evolution
+
+    awe = make_assistant("awe", model, embedder, reply_tokens=8, write_tokens=16)
+    before = awe.guide
+    questions = [{"question": "What pet do I have?", "choices": ["a cat", "a beagle"], "choice": 0, "correct_index": 1,
+                  "correct": False}]
+    record = evolution.evolve(awe, model, "complete", questions, {"Pet": ("a cat", "a beagle")})
+    assert record["before"] == before and record["after"] == awe.guide
+    assert awe.guide.strip() and len(awe.guide) <= evolution.MAX_GUIDE_CHARS
+    assert evolution.evolve(awe, model, "none", questions, {}) is None
