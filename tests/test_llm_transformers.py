@@ -92,3 +92,20 @@ def test_bad_conversations_raise_errors_that_name_the_item(model):
         model.generate("hello", SHORT)
     with pytest.raises(ValueError, match="sampling.n"):
         model.generate([ask("hi")], Sampling(n=0))
+
+
+def test_prompts_sharing_a_memory_prefix_score_as_if_run_alone(model):
+    import membuilder.llm.transformers_backend as tb
+
+    memory = "Memory:\n" + "\n".join(f"{i}. The user moved to Lyon in 202{i % 10} and walks a beagle." for i in range(12))
+    convs = [[{"role": "system", "content": "Answer from memory."},
+              {"role": "user", "content": f"{memory}\nQuestion: {q}\n1. yes\n2. no\n3. unsure"}]
+             for q in ("Does the user have a dog?", "Is the user in Paris?", "Which city now, after all the moves?")]
+    rows = [model.render(c) for c in convs]
+    assert tb._shared_prefix(rows) >= tb.MIN_SHARED_PREFIX  # the shared-prefix path is the one taken
+    shared = model.choice_logprobs_batch(convs, [["1", "2", "3"]] * 3)
+    alone = [model.choice_logprobs_batch([c], [["1", "2", "3"]])[0] for c in convs]
+    for s, a in zip(shared, alone, strict=True):
+        assert s == pytest.approx(a, abs=1e-4)
+    assert tb._shared_prefix([[1, 2, 3], [1, 2, 3]]) == 2  # each row keeps a token of its own
+    assert tb._shared_prefix([[1, 2], [3]]) == 0

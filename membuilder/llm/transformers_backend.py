@@ -28,6 +28,30 @@ from membuilder.llm.base import (
 )
 
 
+# Below this many shared leading tokens, running a prefix apart costs more than it saves.
+MIN_SHARED_PREFIX = 48
+
+
+def _cache_arg(module) -> str:
+    """The keyword a forward pass takes its KV cache by: ``cache`` in newer transformers."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
+
+
+def _shared_prefix(rows: list[list[int]]) -> int:
+    """Leading tokens common to every row, leaving each row at least one token of its own."""
+    if not rows:
+        return 0
+    n = min(map(len, rows)) - 1
+    first = rows[0]
+    for i in range(max(n, 0)):
+        t = first[i]
+        if any(r[i] != t for r in rows):
+            return i
+    return max(n, 0)
+
+
 def pick_device(device: str | None) -> str:
     if device and device != "auto":
         return device
@@ -274,6 +298,11 @@ class TransformersChatModel:
         """Next-token log-probabilities after each row (left-padded), one forward pass."""
         torch = self._torch
         started = time.perf_counter()
+        shared = _shared_prefix(rows)
+        if len(rows) > 1 and shared >= MIN_SHARED_PREFIX:
+            logprobs = self._last_logprobs_shared(rows, shared)
+            self.ledger.record(purpose, len(rows), sum(map(len, rows)), 0, time.perf_counter() - started)
+            return logprobs
         width = max(map(len, rows))
         pad = self.tokenizer.pad_token_id
         ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=self.device)
@@ -286,6 +315,39 @@ class TransformersChatModel:
         logprobs = torch.log_softmax(logits, dim=-1).cpu()
         self.ledger.record(purpose, len(rows), sum(map(len, rows)), 0, time.perf_counter() - started)
         return logprobs
+
+    def _last_logprobs_shared(self, rows: list[list[int]], shared: int):
+        """``_last_logprobs`` for rows that start with the same ``shared`` tokens: the prefix runs
+        once and its key/value cache serves every row. Questions asked of one memory (a period's
+        questions, probes and fact checks) share most of their prompt, so this saves most of the
+        prefill on a CPU. Suffixes are right-padded: causal attention never looks at later pads."""
+        torch = self._torch
+        from transformers import DynamicCache
+
+        n = len(rows)
+        suffixes = [r[shared:] for r in rows]
+        width = max(map(len, suffixes))
+        pad = self.tokenizer.pad_token_id
+        ids = torch.tensor([s + [pad] * (width - len(s)) for s in suffixes], device=self.device)
+        mask = torch.tensor([[1] * (shared + len(s)) + [0] * (width - len(s)) for s in suffixes], device=self.device)
+        positions = torch.arange(shared, shared + width, device=self.device).unsqueeze(0).expand(n, -1)
+        last = torch.tensor([len(s) - 1 for s in suffixes], device=self.device)
+        with self._lock, torch.inference_mode():
+            cache = DynamicCache(config=self.model.config)
+            self.model(input_ids=torch.tensor([rows[0][:shared]], device=self.device), use_cache=True,
+                       **{_cache_arg(self.model): cache})
+            cache.batch_repeat_interleave(n)
+            body, head = self.model.get_decoder(), self.model.get_output_embeddings()
+            if body is not None and head is not None:
+                hidden = body(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                              **{_cache_arg(body): cache}).last_hidden_state
+                # only each row's last real position goes through the (vocabulary-sized) head
+                logits = head(hidden[torch.arange(n, device=self.device), last]).float()
+            else:
+                logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                                    **{_cache_arg(self.model): cache}).logits[torch.arange(n, device=self.device),
+                                                                               last].float()
+        return torch.log_softmax(logits, dim=-1).cpu()
 
     def _score_continuations(self, prompt: list[int], continuations: list[list[int]]) -> list[float]:
         torch = self._torch
