@@ -219,3 +219,18 @@ def test_perltqa_bad_reference_memory_names_character_and_item(tmp_path):
     path = _write(tmp_path / "perltqa_bad.json", bad)
     with pytest.raises(BadRecordError, match=r"character Wang Xiaoming, events 1_0_0, qa\[1\]: field 'Reference Memory'"):
         read_perltqa(PERL_MEM, path)
+
+
+def test_longmemeval_is_streamed_and_limit_stops_reading(tmp_path):
+    records = json.loads(LME_ORACLE.read_text())
+    gz = tmp_path / "longmemeval_m_cleaned.json.gz"
+    with gzip.open(gz, "wt", encoding="utf-8") as fh:
+        fh.write(json.dumps(records[:3])[:-1] + ", {broken")  # a file cut off after three records
+    first = read_longmemeval(gz, limit=2)  # never reaches the damage
+    assert [c.id for c in first] == [r["question_id"] for r in records[:2]]
+    assert first[0].meta["variant"] == "m"
+    with pytest.raises(BadRecordError, match=r"longmemeval_m_cleaned.json.gz: not a readable JSON file after record 2"):
+        read_longmemeval(gz)
+    obj = _write(tmp_path / "longmemeval_s.json", {"question_id": "x"})
+    with pytest.raises(BadRecordError, match="expected a JSON list of records"):
+        read_longmemeval(obj)

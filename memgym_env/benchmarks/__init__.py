@@ -22,13 +22,14 @@ BENCHMARKS = ("locomo", "longmemeval", "perltqa")
 
 
 def load_benchmark(name: str, path: str | Path, qa_path: str | Path | None = None,
-                   skip_bad: bool = False) -> tuple[list[Conversation], Problems]:
-    """Read a benchmark file. ``qa_path`` is PerLTQA's QA file (default: next to the memory file)."""
+                   skip_bad: bool = False, limit: int | None = None) -> tuple[list[Conversation], Problems]:
+    """Read a benchmark file. ``qa_path`` is PerLTQA's QA file (default: next to the memory file).
+    ``limit`` (questions) lets LongMemEval, one question per conversation, stop reading early."""
     problems = Problems(skip_bad=skip_bad)
     if name == "locomo":
         convs = read_locomo(path, problems)
     elif name == "longmemeval":
-        convs = read_longmemeval(path, problems)
+        convs = read_longmemeval(path, problems, limit=limit)
     elif name == "perltqa":
         convs = read_perltqa(path, qa_path, problems)
     else:

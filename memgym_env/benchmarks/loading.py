@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,34 @@ def read_json(path: str | Path) -> Any:
             return json.load(fh)
     except (json.JSONDecodeError, UnicodeDecodeError, OSError, EOFError) as exc:
         raise BadRecordError(f"{path}: not a readable JSON file ({exc})") from exc
+
+
+def iter_json_list(path: str | Path) -> Iterator[Any]:
+    """The items of a top-level JSON list (``.json`` or ``.json.gz``), parsed one at a time.
+
+    LongMemEval-M is about 2.7 GB of JSON: streaming keeps one record in memory, and a run with
+    ``--limit`` stops reading once it has enough. Errors name the file and the item.
+    """
+    import ijson
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file")
+    opener = gzip.open if path.name.endswith(".gz") else open
+    k = -1
+    try:
+        with opener(path, "rb") as fh:
+            head = fh.read(1)
+            while head and head.isspace():
+                head = fh.read(1)
+            if head != b"[":
+                raise BadRecordError(f"{path}: expected a JSON list of records")
+            fh.seek(0)
+            for item in ijson.items(fh, "item", use_float=True):
+                k += 1
+                yield item
+    except (ijson.JSONError, UnicodeDecodeError, OSError, EOFError) as exc:
+        raise BadRecordError(f"{path}: not a readable JSON file after record {k} ({exc})") from exc
 
 
 def as_text(value: Any) -> str | None:

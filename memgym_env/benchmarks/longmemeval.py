@@ -22,7 +22,7 @@ from typing import Any
 
 from memgym_env.conversation import Conversation, Message, QAItem, Session
 
-from .loading import Problems, as_text, read_json
+from .loading import Problems, as_text, iter_json_list
 
 LONGMEMEVAL_TYPES: tuple[str, ...] = (
     "single-session-user",
@@ -111,16 +111,16 @@ def _read_one(rec: Any, k: int, path: str | Path, variant: str, problems: Proble
                         meta={"benchmark": "longmemeval", "variant": variant, "source": str(path)})
 
 
-def read_longmemeval(path: str | Path, problems: Problems | None = None, variant: str | None = None) -> list[Conversation]:
-    """Read a LongMemEval file into one ``Conversation`` per question."""
+def read_longmemeval(path: str | Path, problems: Problems | None = None, variant: str | None = None,
+                     limit: int | None = None) -> list[Conversation]:
+    """Read a LongMemEval file into one ``Conversation`` per question (the first ``limit`` only,
+    if given: the file is streamed, so that much is all that is read)."""
     problems = problems or Problems()
-    data = read_json(path)
-    if not isinstance(data, list):
-        problems.bad(f"LongMemEval file {path}: expected a list of questions, got {type(data).__name__}")
-        return []
     variant = variant or variant_of(path)
-    out = []
-    for k, rec in enumerate(data):
+    out: list[Conversation] = []
+    for k, rec in enumerate(iter_json_list(path)):
+        if limit is not None and len(out) >= limit:
+            break
         conv = _read_one(rec, k, path, variant, problems)
         if conv is not None:
             out.append(conv)

@@ -194,7 +194,7 @@ def evaluate(cfg: EvalConfig, models: dict[str, Any] | None = None, quiet: bool 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     run = _check_resume(out, cfg)
-    convs, problems = load_benchmark(cfg.benchmark, cfg.data, cfg.qa_data, cfg.skip_bad)
+    convs, problems = load_benchmark(cfg.benchmark, cfg.data, cfg.qa_data, cfg.skip_bad, limit=cfg.limit)
     selected: list[tuple[Conversation, QAItem]] = [(c, q) for c in convs for q in c.qa][: cfg.limit]
     items_path = out / "items.jsonl"
     done: dict[str, dict[str, Any]] = {}
