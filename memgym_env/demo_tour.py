@@ -50,13 +50,13 @@ def session_outputs(sample: dict, n: int) -> list[dict]:
 
 
 def run_tour(args: argparse.Namespace) -> int:
+    import sys
+
     from rich.console import Console
     from rich.table import Table
 
     from membuilder.llm.embedders import load_embedder
     from membuilder.memory import MemoryBank
-
-    import sys
 
     # Wide enough for the tables when piped to a log, as in CI.
     console = Console(width=None if sys.stdout.isatty() else 150)
