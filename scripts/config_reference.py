@@ -28,6 +28,7 @@ def sections():
     from memgym_env.world.config import SessionQAConfig, WorldConfig
     from train.adrpo import ADRPOScriptArgs
     from train.common import WorldArgs
+    from train.ladder import LadderArgs
     from train.sft import SFTScriptArgs
 
     return [
@@ -39,6 +40,7 @@ def sections():
         ("Training: world selection", WorldArgs, "shared by train/sft.py and train/adrpo.py"),
         ("Training: SFT", SFTScriptArgs, "train/sft.py, configs/train/sft_*.yaml (plus TRL's SFTConfig)"),
         ("Training: ADRPO", ADRPOScriptArgs, "train/adrpo.py, configs/train/adrpo_*.yaml (plus TRL's GRPOConfig)"),
+        ("Training ladder", LadderArgs, "configs/train/ladder_smollm2_cpu.yaml; `make ladder`"),
     ]
 
 
