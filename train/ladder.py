@@ -212,7 +212,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def plot(rows: list[dict[str, Any]], path: Path) -> None:
+def plot(rows: list[dict[str, Any]], path: Path, model: str = "") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -221,20 +221,32 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     from membuilder.ops import AGENTS
 
     stages = [s for s in STAGES if any(r["stage"] == s for r in rows)]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-    panels = [("JSON validity (mean of 4 agents)", lambda r: sum(r["valid_rate"][a] for a in AGENTS) / len(AGENTS)),
-              ("session reward, evidence mode", lambda r: r["reward_evidence"]),
-              ("session reward, choice mode", lambda r: r["reward_choice"])]
-    for ax, (title, value) in zip(axes, panels, strict=True):
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4), gridspec_kw={"width_ratios": [1.6, 1, 1]})
+    ax = axes[0]
+    width = 0.8 / len(AGENTS)
+    for j, agent in enumerate(AGENTS):
+        means = []
+        for stage in stages:
+            vals = [r["valid_rate"][agent] for r in rows if r["stage"] == stage]
+            means.append(sum(vals) / len(vals))
+        ax.bar([x + (j - 1.5) * width for x in range(len(stages))], means, width, label=agent)
+    ax.axhline(0.9, color="grey", ls="--", lw=0.8)
+    ax.set_xticks(range(len(stages)), stages)
+    ax.set_ylim(0, 1.05)
+    ax.set_title("JSON validity per agent (dashed: the 90% goal)", fontsize=10)
+    ax.legend(fontsize=7, ncol=4, loc="upper left")
+    for ax, (title, key) in zip(axes[1:], [("session reward, evidence mode", "reward_evidence"),
+                                          ("session reward, choice mode", "reward_choice")], strict=True):
         for x, stage in enumerate(stages):
-            vals = [value(r) for r in rows if r["stage"] == stage]
+            vals = [r[key] for r in rows if r["stage"] == stage]
             ax.bar(x, sum(vals) / len(vals), color=f"C{x}", alpha=0.6)
             ax.scatter([x] * len(vals), vals, color="black", s=14, zorder=3)
         ax.set_xticks(range(len(stages)), stages)
+        ax.set_ylim(bottom=0)
         ax.set_title(title, fontsize=10)
-        ax.set_ylim(0, 1.05 if "validity" in title else None)
     users = rows[0]["held_out_users"] if rows else []
-    fig.suptitle(f"SmolLM2-135M on held-out users ({len(users)} users); bars = mean over seeds, dots = seeds",
+    seeds = sorted({r["seed"] for r in rows})
+    fig.suptitle(f"{model} on {len(users)} held-out users, seeds {seeds}: bars = mean over seeds, dots = seeds",
                  fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -242,6 +254,8 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
 
 
 def write_results(a: LadderArgs, rows: list[dict[str, Any]], seconds: float, argv: list[str]) -> dict[str, Path]:
+    """ladder.json, ladder.md and ladder.png; ``seconds`` is this invocation's wall time (a resumed
+    run reuses cached stages, so the table also gives the compute time summed over stages)."""
     import torch
     import transformers
     import trl
@@ -252,10 +266,12 @@ def write_results(a: LadderArgs, rows: list[dict[str, Any]], seconds: float, arg
     paths["json"].write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
     summary = summarize(rows)
     cmd = "python train/ladder.py " + " ".join(argv)
+    base_eval = next((r["eval_seconds"] or 0 for r in rows if r["stage"] == "base"), 0)
+    compute = base_eval + sum((r["train_seconds"] or 0) + (r["eval_seconds"] or 0) for r in rows if r["stage"] != "base")
     md = [f"# Training ladder ({a.model_name_or_path}, CPU)", "",
-          f"Command: `{cmd}` (what `make ladder` runs). Wall time: {seconds / 60:.1f} min on "
-          f"{os.cpu_count()} CPU cores, {platform.platform()}; torch {torch.__version__}, transformers "
-          f"{transformers.__version__}, trl {trl.__version__}.", "",
+          f"Command: `{cmd}` (what `make ladder` runs). Compute time summed over stages: {compute / 60:.1f} min "
+          f"(this invocation: {seconds / 60:.1f} min) on {os.cpu_count()} CPU cores, {platform.platform()}; torch "
+          f"{torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}.", "",
           f"Held-out users: {', '.join(rows[0]['held_out_users']) if rows else '-'} "
           f"(world users {a.held_out_users}; training users {a.train_users}).", "",
           table(rows), "", "Mean over seeds:", "",
@@ -264,7 +280,7 @@ def write_results(a: LadderArgs, rows: list[dict[str, Any]], seconds: float, arg
            f"{v['reward_choice']:.3f} |" for s, v in summary.items()]
     md += ["", "Configuration:", "", "```json", json.dumps(asdict(a), indent=1), "```", ""]
     paths["md"].write_text("\n".join(md), encoding="utf-8")
-    plot(rows, paths["png"])
+    plot(rows, paths["png"], a.model_name_or_path)
     return paths
 
 
