@@ -67,43 +67,40 @@ def _world_flags(a: LadderArgs) -> list[str]:
     return flags + (["--world_seed", str(a.world_seed)] if a.world_seed is not None else [])
 
 
+def _train_once(folder: Path, run) -> str:
+    """Run a training stage unless its merged policy is already there (a resumed ladder)."""
+    merged = folder / "policy" / "merged"
+    if not merged.exists():
+        trainer = run()
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1), encoding="utf-8")
+        del trainer
+        gc.collect()  # the next stage loads its own model; free this one first
+    return str(merged)
+
+
 def train_sft(a: LadderArgs, seed: int, folder: Path) -> str:
     from train import sft
 
-    merged = folder / "policy" / "merged"
-    if not merged.exists():
-        trainer = sft.main(["--config", a.sft_config, "--model_name_or_path", a.model_name_or_path, *_world_flags(a),
-                            "--seed", str(seed), "--output_dir", str(folder), "--save_policy_to", str(folder / "policy"),
-                            "--dataset_jsonl", str(folder / "sft_rows.jsonl"), "--num_train_epochs", str(a.sft_epochs),
-                            "--learning_rate", str(a.sft_learning_rate), "--save_strategy", "no",
-                            "--gradient_accumulation_steps", str(a.sft_gradient_accumulation_steps)])
-        _log_history(trainer, folder)
-        del trainer
-        gc.collect()
-    return str(merged)
+    return _train_once(folder, lambda: sft.main([
+        "--config", a.sft_config, "--model_name_or_path", a.model_name_or_path, *_world_flags(a),
+        "--seed", str(seed), "--output_dir", str(folder), "--save_policy_to", str(folder / "policy"),
+        "--dataset_jsonl", str(folder / "sft_rows.jsonl"), "--num_train_epochs", str(a.sft_epochs),
+        "--learning_rate", str(a.sft_learning_rate), "--save_strategy", "no",
+        "--gradient_accumulation_steps", str(a.sft_gradient_accumulation_steps)]))
 
 
 def train_rl(a: LadderArgs, seed: int, start: str, alpha: float, folder: Path) -> str:
     from train import adrpo
 
-    merged = folder / "policy" / "merged"
-    if not merged.exists():
-        g = a.rl_generations
-        trainer = adrpo.main(["--config", a.adrpo_config, "--model_name_or_path", start, *_world_flags(a),
-                              "--alpha", str(alpha), "--seed", str(seed), "--output_dir", str(folder),
-                              "--save_policy_to", str(folder / "policy"), "--max_steps", str(a.rl_steps),
-                              "--num_generations", str(g), "--per_device_train_batch_size", str(4 * g),
-                              "--learning_rate", str(a.rl_learning_rate), "--save_strategy", "no",
-                              "--max_prompt_tokens", str(a.max_prompt_tokens)])
-        _log_history(trainer, folder)
-        del trainer
-        gc.collect()
-    return str(merged)
-
-
-def _log_history(trainer, folder: Path) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1), encoding="utf-8")
+    g = a.rl_generations
+    return _train_once(folder, lambda: adrpo.main([
+        "--config", a.adrpo_config, "--model_name_or_path", start, *_world_flags(a),
+        "--alpha", str(alpha), "--seed", str(seed), "--output_dir", str(folder),
+        "--save_policy_to", str(folder / "policy"), "--max_steps", str(a.rl_steps),
+        "--num_generations", str(g), "--per_device_train_batch_size", str(4 * g),
+        "--learning_rate", str(a.rl_learning_rate), "--save_strategy", "no",
+        "--max_prompt_tokens", str(a.max_prompt_tokens)]))
 
 
 class Evaluator:

@@ -27,7 +27,6 @@ from membuilder.llm.base import (
     check_sampling,
 )
 
-
 # Below this many shared leading tokens, running a prefix apart costs more than it saves.
 MIN_SHARED_PREFIX = 48
 

@@ -23,7 +23,6 @@ def generate_greedy(model, tokenizer, prompts: Sequence[list[dict[str, str]]], m
     import torch
 
     side, tokenizer.padding_side = tokenizer.padding_side, "left"
-    outs: list[str] = []
     model.eval()
     try:
         # Longest prompts first, so a batch pads little; the original order is restored at the end.
@@ -41,10 +40,9 @@ def generate_greedy(model, tokenizer, prompts: Sequence[list[dict[str, str]]], m
                 by_index[i] = tokenizer.decode(row[width:], skip_special_tokens=True)
             if progress:
                 progress(len(idx))
-        outs = [by_index[i] for i in range(len(prompts))]
     finally:
         tokenizer.padding_side = side
-    return outs
+    return [by_index[i] for i in range(len(prompts))]
 
 
 def evaluate_policy(model, tokenizer, scorers: Mapping[str, CandidateScorer], session_keys: Sequence[str] | None = None,

@@ -14,7 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-MEMORY_KINDS = ("profile", "social_relationship", "events", "dialogues")
+from .perltqa import QA_PARTS
+
+MEMORY_KINDS = QA_PARTS  # the kinds PerLTQA files its questions under
 
 # What each kind holds, in words a model can match a question against.
 KIND_DESCRIPTIONS = {
