@@ -76,7 +76,8 @@ def collect_results(run: Path, world: World, users: Sequence[WorldUser], meta: d
                "factual_recall": metrics.nanmean(recall_arr),
                **{k: v for k, v in metrics.overall_rates(labels).items() if k in metrics.FAILURES},
                "unparsed_answers": int(sum(not p for p in parsed))}
-    return {**{k: meta.get(k) for k in ("assistant", "mode", "model", "simulator", "replay", "evolve", "world")},
+    return {**{k: meta.get(k) for k in ("assistant", "mode", "model", "simulator", "replay", "evolve", "world",
+                                         "workers")},
             "users": [u.id for u in users], "overall": overall, "per_period": per_period,
             "per_user": {"accuracy": _rows(acc), "upper_bound": _rows(upper), "random": _rows(rand),
                          "memory_score": _rows(score), "factual_recall": _rows(recall_arr),

@@ -45,7 +45,8 @@ class RunConfig:
     factual_recall: bool = field(default=True, metadata={"help": "check each period's new facts against memory"})
     checker: str | None = field(default=None, metadata={"help": "model spec of the factual-recall checker (default: --model)"})
     evolve: str = field(default="none", metadata={"help": "self-evolution of awe/awi: none, question-only, complete"})
-    threads: int | None = field(default=None, metadata={"help": "torch CPU threads (1 is fastest on 2 shared cores)"})
+    threads: int | None = field(default=None, metadata={"help": "torch CPU threads (per worker; default: cores / workers)"})
+    workers: int = field(default=1, metadata={"help": "processes the users are split over, each with its own model copy (same results)"})
 
     def assistant_options(self) -> dict[str, Any]:
         opts: dict[str, Any] = {"reply_tokens": self.reply_tokens, "context_tokens": self.context_tokens}
@@ -223,34 +224,62 @@ def check_identity(run: Path, meta: dict[str, Any]) -> None:
                          f"({', '.join(f'{k}={old.get(k)!r}' for k in changed)}); use another --out")
 
 
+def run_meta(cfg: RunConfig) -> dict[str, Any]:
+    """What ``run.json`` records; the ``IDENTITY`` keys must match for a run folder to be resumed."""
+    return {"world": str(cfg.world), "world_digest": world_digest(cfg.world), "assistant": cfg.assistant,
+            "model": cfg.model, "embedder": cfg.embedder, "simulator": cfg.simulator, "replay": cfg.replay,
+            "mode": "off-policy" if cfg.replay else "on-policy", "seed": cfg.seed, "evolve": cfg.evolve,
+            "assistant_options": cfg.assistant_options(), "config": asdict(cfg)}
+
+
+def prepare_run(cfg: RunConfig) -> dict[str, Any]:
+    """Claim (or re-open) the run folder: refuses one holding a different run; writes ``run.json``."""
+    run, meta = Path(cfg.out), run_meta(cfg)
+    check_identity(run, meta)
+    write_json(run / RUN_FILE, meta)
+    return meta
+
+
+def run_users(cfg: RunConfig, world: World) -> list[WorldUser]:
+    return list(world)[: cfg.users] if cfg.users else list(world)
+
+
+def play_users(cfg: RunConfig, world: World, users: list[WorldUser], model, embedder, upper_cache: dict,
+               progress, on_period_end: Callable[[str, int], None] | None = None, checker=None) -> None:
+    """Play the unfinished periods of ``users`` into ``cfg.out`` (already prepared)."""
+    from membuilder.agents.assistants import make_assistant
+    from memgym_env.simulator import ReplaySimulator, make_simulator
+
+    run = Path(cfg.out)
+    assistant = make_assistant(cfg.assistant, model, embedder, **cfg.assistant_options())
+    replay = recorded_sessions(cfg.replay, world) if cfg.replay else None
+    simulator = ReplaySimulator(replay) if replay is not None else make_simulator(cfg.simulator, model, cfg.seed)
+    for user in users:
+        done = finished_periods(run, user)
+        if done < len(user.periods):
+            UserRun(cfg, run, world, user, assistant, model, simulator, replay, upper_cache,
+                    on_period_end, checker).play(done, progress)
+
+
+def finish_run(cfg: RunConfig, world: World, meta: dict[str, Any], wall_s: float | None) -> dict[str, Any]:
+    """Results and report of a run folder whose periods are all played."""
+    from memgym_env.interactive_results import collect_results, write_report
+
+    results = collect_results(Path(cfg.out), world, run_users(cfg, world), meta, wall_s)
+    write_report(results, Path(cfg.out))
+    return results
+
+
 def evaluate_one(cfg: RunConfig, world: World, model, embedder, upper_cache: dict,
                  on_period_end: Callable[[str, int], None] | None = None, checker=None) -> dict[str, Any]:
     """Play (or resume) one assistant over the world; returns the results (also in results.json)."""
     from tqdm.auto import tqdm
 
-    from membuilder.agents.assistants import make_assistant
-    from memgym_env.interactive_results import collect_results, write_report
-    from memgym_env.simulator import ReplaySimulator, make_simulator
-
-    run = Path(cfg.out)
-    meta = {"world": str(cfg.world), "world_digest": world_digest(cfg.world), "assistant": cfg.assistant,
-            "model": cfg.model, "embedder": cfg.embedder, "simulator": cfg.simulator, "replay": cfg.replay,
-            "mode": "off-policy" if cfg.replay else "on-policy", "seed": cfg.seed, "evolve": cfg.evolve,
-            "assistant_options": cfg.assistant_options(), "config": asdict(cfg)}
-    check_identity(run, meta)
-    write_json(run / RUN_FILE, meta)
-    assistant = make_assistant(cfg.assistant, model, embedder, **cfg.assistant_options())
-    replay = recorded_sessions(cfg.replay, world) if cfg.replay else None
-    simulator = ReplaySimulator(replay) if replay is not None else make_simulator(cfg.simulator, model, cfg.seed)
-    users = list(world)[: cfg.users] if cfg.users else list(world)
-    todo = [(u, finished_periods(run, u)) for u in users]
+    meta = prepare_run(cfg)
+    users = run_users(cfg, world)
     started = time.perf_counter()
-    with tqdm(total=sum(len(u.periods) for u in users), initial=sum(n for _, n in todo),
+    with tqdm(total=sum(len(u.periods) for u in users),
+              initial=sum(finished_periods(Path(cfg.out), u) for u in users),
               desc=f"{cfg.assistant} ({meta['mode']})", unit="period") as progress:
-        for user, done in todo:
-            if done < len(user.periods):
-                UserRun(cfg, run, world, user, assistant, model, simulator, replay, upper_cache,
-                        on_period_end, checker).play(done, progress)
-    results = collect_results(run, world, users, meta, time.perf_counter() - started)
-    write_report(results, run)
-    return results
+        play_users(cfg, world, users, model, embedder, upper_cache, progress, on_period_end, checker)
+    return finish_run(cfg, world, meta, time.perf_counter() - started)

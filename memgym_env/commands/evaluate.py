@@ -12,6 +12,7 @@ EXAMPLES = """examples:
   memgym world generate --config configs/env/base.yaml --set num_users=2 --set num_periods=3 --out world.json
   memgym evaluate --world world.json --assistant native --model smollm2-135m --out runs/native
   memgym evaluate --world world.json --assistant native,rag,awe,awi,membuilder,oracle --out runs/all
+  memgym evaluate --world world.json --assistant rag,oracle --workers 2 --out runs/two-cores
   memgym evaluate --world world.json --assistant rag --replay runs/native --out runs/rag-off
   memgym evaluate --world world.json --assistant awi --evolve complete --out runs/awi-evolve
   memgym report runs/all/* runs/rag-off
@@ -53,6 +54,14 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--assistant: unknown {unknown or args.assistant!r}; choose from {', '.join(ASSISTANTS)}")
     fields = {f.name for f in dataclasses.fields(RunConfig)}
     base = {k: v for k, v in vars(args).items() if k in fields}
+    outs = [args.out if len(names) == 1 else str(Path(args.out) / name) for name in names]
+    if args.workers > 1:
+        from memgym_env.interactive_workers import evaluate_parallel
+
+        evaluate_parallel([RunConfig(**(base | {"assistant": n, "out": o})) for n, o in zip(names, outs, strict=True)],
+                          args.workers, threads=args.threads)
+        print(compare(outs, plots=Path(args.out) / "plots" if len(names) > 1 else None))
+        return 0
     world = read_world(args.world)
     if args.threads:
         os.environ["MEMGYM_TORCH_THREADS"] = str(args.threads)
@@ -64,10 +73,7 @@ def run(args: argparse.Namespace) -> int:
         embedder = load_embedder(args.embedder)
     checker = load_chat_model(args.checker) if args.checker else None
     upper_cache: dict = {}  # the upper bound depends on the model and world only: shared by the runs
-    outs = []
-    for name in names:
-        out = args.out if len(names) == 1 else str(Path(args.out) / name)
+    for name, out in zip(names, outs, strict=True):
         evaluate_one(RunConfig(**(base | {"assistant": name, "out": out})), world, model, embedder, upper_cache, checker=checker)
-        outs.append(out)
     print(compare(outs, plots=Path(args.out) / "plots" if len(names) > 1 else None))
     return 0

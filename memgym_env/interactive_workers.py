@@ -1,0 +1,148 @@
+"""``memgym evaluate --workers N``: the users of a world split over N processes.
+
+Users are independent episodes, so a run parallelises over them without changing any result:
+worker ``i`` plays users ``i, i + N, ...`` for every assistant, each with its own copy of the
+model and ``threads`` torch threads, writing into the same run folders (one ``users/<user>``
+folder each, so no two workers touch one file). The parent claims the folders first, shows one
+progress bar from the workers' period events, and collects results when all have finished.
+An interrupted parallel run resumes like a serial one, with any number of workers.
+
+Why processes and not a bigger batch: a small model decoding one reply at a time uses a CPU
+core poorly, and one process per core with one thread each keeps both busy (measured in
+``bench/interactive_acceptance.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import time
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from memgym_env.interactive_runner import (RunConfig, finish_run, finished_periods, period_dir, play_users,
+                                           prepare_run, run_users)
+
+
+class _Events:
+    """Stands in for a progress bar inside a worker: each finished period goes to the parent."""
+
+    def __init__(self, events, worker: int, assistant: str):
+        self.events, self.worker, self.assistant = events, worker, assistant
+
+    def update(self, n: int = 1) -> None:
+        self.events.put(("period", self.worker, self.assistant, n))
+
+
+def _load_models(cfg: RunConfig, threads: int | None):
+    from membuilder.agents.assistants import NEEDS_EMBEDDER
+    from membuilder.llm import load_chat_model
+
+    kw = {"threads": threads} if threads else {}
+    model = load_chat_model(cfg.model, **kw)
+    checker = load_chat_model(cfg.checker, **kw) if cfg.checker else None
+    return model, checker, NEEDS_EMBEDDER
+
+
+def _worker(worker: int, cfgs: list[dict[str, Any]], user_ids: list[str], threads: int | None, events) -> None:
+    if threads:
+        os.environ["MEMGYM_TORCH_THREADS"] = str(threads)
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+    try:
+        from memgym_env.world import read_world
+
+        runs = [RunConfig(**c) for c in cfgs]
+        world = read_world(runs[0].world)
+        model, checker, needs_embedder = _load_models(runs[0], threads)
+        embedder = None
+        if any(r.assistant in needs_embedder for r in runs):
+            from membuilder.llm.embedders import load_embedder
+
+            embedder = load_embedder(runs[0].embedder)
+        upper_cache: dict = {}  # shared by this worker's assistants, as in a serial run
+        for cfg in runs:
+            users = [u for u in run_users(cfg, world) if u.id in user_ids]
+            play_users(cfg, world, users, model, embedder, upper_cache, _Events(events, worker, cfg.assistant),
+                       checker=checker)
+        events.put(("done", worker, None, 0))
+    except BaseException:  # noqa: BLE001 - the parent reports it; the periods already saved stay
+        events.put(("error", worker, traceback.format_exc(), 0))
+
+
+def compute_seconds(cfg: RunConfig, users) -> float:
+    """Seconds spent in a run folder's periods, summed (a parallel run's per-assistant time)."""
+    total = 0.0
+    for user in users:
+        for p in range(finished_periods(Path(cfg.out), user)):
+            ev = json.loads((period_dir(Path(cfg.out), user.id, p) / "evaluation.json").read_text(encoding="utf-8"))
+            total += float(ev.get("wall_s", 0.0))
+    return total
+
+
+def evaluate_parallel(cfgs: list[RunConfig], workers: int, threads: int | None = None) -> list[dict[str, Any]]:
+    """Play every assistant of ``cfgs`` (one world, one model) with users split over ``workers``
+    processes; returns each run's results, in order. ``threads``: torch threads per worker
+    (default: the machine's cores shared out)."""
+    import multiprocessing
+
+    from tqdm.auto import tqdm
+
+    from memgym_env.world import read_world
+
+    if workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {workers}")
+    if len({(c.world, c.model, c.embedder, c.checker, c.users) for c in cfgs}) != 1:
+        raise ValueError("a parallel evaluation needs one world, model, embedder, checker and --users for all assistants")
+    world = read_world(cfgs[0].world)
+    metas = [prepare_run(c) for c in cfgs]
+    users = run_users(cfgs[0], world)
+    todo = [u.id for u in users if any(finished_periods(Path(c.out), u) < len(u.periods) for c in cfgs)]
+    shards = [s for s in (todo[i::workers] for i in range(workers)) if s]
+    threads = threads or max(1, (os.cpu_count() or 1) // max(len(shards), 1))
+    started = time.perf_counter()
+    total = sum(len(u.periods) for u in users) * len(cfgs)
+    initial = sum(finished_periods(Path(c.out), u) for c in cfgs for u in users)
+    ctx = multiprocessing.get_context("spawn")  # fork would copy a process that may hold torch threads
+    events = ctx.Queue()
+    procs = [ctx.Process(target=_worker, args=(i, [asdict(c) for c in cfgs], shard, threads, events), daemon=True)
+             for i, shard in enumerate(shards)]
+    errors: dict[int, str] = {}
+    finished: set[int] = set()
+    with tqdm(total=total, initial=initial, desc=f"{len(cfgs)} assistant(s) x {len(shards)} worker(s)",
+              unit="period") as bar:
+        for p in procs:
+            p.start()
+        try:
+            while len(finished) + len(errors) < len(procs):
+                try:
+                    kind, worker, payload, n = events.get(timeout=2.0)
+                except queue.Empty:
+                    for i, p in enumerate(procs):  # a worker killed outright (out of memory) sends nothing
+                        if not p.is_alive() and i not in finished and i not in errors:
+                            errors[i] = f"worker {i} exited with code {p.exitcode} without reporting"
+                    continue
+                if kind == "period":
+                    bar.update(n)
+                    bar.set_postfix_str(f"{payload} (worker {worker})")
+                elif kind == "done":
+                    finished.add(worker)
+                else:
+                    errors[worker] = payload
+        finally:
+            for p in procs:
+                if p.is_alive() and errors:
+                    p.terminate()
+                p.join()
+    if errors:
+        detail = "\n".join(f"--- worker {i} (users {', '.join(shards[i])}) ---\n{tb}" for i, tb in sorted(errors.items()))
+        raise RuntimeError(f"{len(errors)} of {len(procs)} evaluation workers failed; finished periods are saved "
+                           f"and the same command resumes:\n{detail}")
+    wall = time.perf_counter() - started
+    out = []
+    for cfg, meta in zip(cfgs, metas, strict=True):
+        meta = meta | {"workers": len(shards), "threads_per_worker": threads, "parallel_wall_s": round(wall, 1)}
+        out.append(finish_run(cfg, world, meta, compute_seconds(cfg, users)))
+    return out
