@@ -97,6 +97,9 @@ def test_eval_end_to_end_then_resume_without_recomputation(smollm, tmp_path):
     report = (tmp_path / "report.md").read_text()
     assert "1 = multi-hop, 2 = temporal, 3 = open-domain, 4 = single-hop, 5 = adversarial" in report
     assert "| headline (1-4) | 2 |" in report and (tmp_path / "plot.png").exists()
+    check = first["run"]["judge_check"]  # 2 gold answers given back + 2 other questions' answers
+    assert check["n"] == 4 and check["questions"] == 2 and 0.0 <= check["agreement"] <= 1.0
+    assert "judge check: on 4 control answers" in report
     calls = smollm.usage.calls
     evaluate(cfg, {}, quiet=True)  # no models given: a resumed run must not need any
     second = json.loads((tmp_path / "results.json").read_text())

@@ -73,6 +73,8 @@ class BenchmarkEvalCallback(TrainerCallback):
             models = {**self.models, **{role: policy for role in self.policy_roles}}
             cfg = dataclasses.replace(self.config, out=str(Path(self.config.out) / f"step-{state.global_step}"))
             metrics = summary_metrics(evaluate(cfg, models, quiet=True))
+            if "judge" not in self.policy_roles:  # a fixed judge was checked once (first step's run.json)
+                self.config = dataclasses.replace(self.config, judge_check=False)
             for role, m in models.items():  # reuse loaded fixed models at the next evaluation
                 if role not in self.policy_roles:
                     self.models[role] = m

@@ -30,6 +30,7 @@ from .locomo import LOCOMO_CATEGORIES
 from .locomo_f1 import locomo_f1
 from .memory_classification import classify
 from .report import markdown, plot, print_table, summarize
+from .judge_check import check_judge, describe
 from .retrieval_metrics import anchor_coverage, recall_at_k
 from .systems import (
     SYSTEMS,
@@ -66,11 +67,13 @@ class EvalConfig:
     judge_max_tokens: int = field(default=24, metadata={"help": "new tokens per verdict"})
     judge_mode: str = field(default="auto", metadata={"help": "generate (parse the written verdict), logprob (likelier "
                                                               "verdict wins), auto (logprob for local models)"})
+    judge_check: bool = field(default=True, metadata={"help": "grade known-right and known-wrong control answers "
+                                                               "to see whether the judge can be trusted"})
 
     # Fields that change the numbers: a rerun must agree on all of them to reuse results.
     def fingerprint(self) -> dict[str, Any]:
         d = asdict(self)
-        for k in ("out", "limit", "skip_bad", "batch_size"):
+        for k in ("out", "limit", "skip_bad", "batch_size", "judge_check"):
             d.pop(k)
         d["data"] = str(Path(self.data).resolve())
         d["qa_data"] = str(Path(self.qa_data).resolve()) if self.qa_data else None
@@ -242,6 +245,15 @@ def evaluate(cfg: EvalConfig, models: dict[str, Any] | None = None, quiet: bool 
                     sink.flush()
                     bar.update(len(batch))
         bar.close()
+    checked = run.get("judge_check") or {}
+    if cfg.judge_check and checked.get("questions") != len(selected):  # once per run folder and question set
+        if "judge" not in models:
+            t0 = time.perf_counter()
+            models["judge"] = load_model(cfg.judge)
+            stages.setdefault("load", {"wall_s": 0.0})["wall_s"] += time.perf_counter() - t0
+        with _Stage(stages, "judge_check", models["judge"]):
+            run["judge_check"] = check_judge(models["judge"], cfg.benchmark, [q for _, q in selected],
+                                             cfg.judge_max_tokens, cfg.judge_mode) | {"questions": len(selected)}
     records = [done[q.id] for _, q in selected]
     summary = summarize(cfg.benchmark, records)
     run["invocations"].append({"time": time.strftime("%Y-%m-%d %H:%M:%S"), "items_computed": n_pending,
@@ -294,7 +306,8 @@ def _usage(model) -> dict[str, Any] | None:
 def _report_footer(run: dict[str, Any]) -> str:
     last = run["invocations"][-1]
     lines = ["", "## Run", "", f"- questions: {run['questions']} (computed now {last['items_computed']}, "
-             f"reused {last['items_reused']}); skipped bad records: {run['skipped_records']}"]
+             f"reused {last['items_reused']}); skipped bad records: {run['skipped_records']}",
+             *describe(run.get("judge_check"))]
     for name, st in last["stages"].items():
         toks = f", {int(st.get('prompt_tokens', 0))} prompt + {int(st.get('completion_tokens', 0))} completion tokens" \
             if "prompt_tokens" in st else ""

@@ -1,0 +1,53 @@
+"""The judge's control test: known-right and known-wrong answers built from the run's questions."""
+
+from __future__ import annotations
+
+import json
+
+from membuilder.llm.base import Completion
+from memgym_env.benchmarks.judge_check import check_judge, control_pairs, describe
+from memgym_env.conversation import QAItem
+
+ITEMS = [QAItem("a", "Where does Ana live?", "Lisbon"),
+         QAItem("b", "What pet does Ana have?", "a cat called Luna"),
+         QAItem("c", "Which sport?", None, category=5),  # no gold: not a control
+         QAItem("d", "How many sisters?", "2", meta={"abstention": True}),  # abstention: not a control
+         QAItem("e", "When did she move?", "May 2021"),
+         QAItem("f", "Where did she live before?", "in Lisbon")]  # contains another gold: never its "wrong" answer
+
+
+class GoldLineJudge:
+    """A stand-in grader for an API judge: CORRECT exactly when the response equals the gold line."""
+
+    def __init__(self, always: str | None = None):
+        self.always = always
+
+    def generate(self, prompts, sampling=None, **kw):
+        out = []
+        for conv in prompts:
+            text = conv[-1]["content"]
+            gold = text.split("Gold answer: ")[1].split("\n")[0]
+            got = text.split("Generated answer: ")[1].split("\n")[0]
+            label = self.always or ("CORRECT" if got == gold else "WRONG")
+            out.append(Completion(text=json.dumps({"label": label})))
+        return out
+
+
+def test_controls_skip_items_without_gold_and_pair_each_with_a_different_answer():
+    pairs = control_pairs(ITEMS)
+    right = [(it.id, resp) for it, resp, ok in pairs if ok]
+    wrong = [(it.id, resp) for it, resp, ok in pairs if not ok]
+    assert right == [("a", "Lisbon"), ("b", "a cat called Luna"), ("e", "May 2021"), ("f", "in Lisbon")]
+    assert wrong == [("a", "a cat called Luna"), ("b", "May 2021"), ("e", "in Lisbon"), ("f", "a cat called Luna")]
+    assert control_pairs(ITEMS) == pairs  # fixed order: a rerun grades the same controls
+    assert control_pairs([ITEMS[2], ITEMS[3]]) == []
+
+
+def test_an_exact_judge_is_trusted_and_a_yes_sayer_is_flagged():
+    good = check_judge(GoldLineJudge(), "locomo", ITEMS, 8, "generate")
+    assert good == {"n": 8, "agreement": 1.0, "accepts_wrong": 0.0, "rejects_gold": 0.0, "trusted": True}
+    assert len(describe(good)) == 1 and "agreed with the truth on 100%" in describe(good)[0]
+    yes = check_judge(GoldLineJudge(always="CORRECT"), "locomo", ITEMS, 8, "generate")
+    assert yes["agreement"] == 0.5 and yes["accepts_wrong"] == 1.0 and yes["trusted"] is False
+    assert "warning" in describe(yes)[1]
+    assert check_judge(GoldLineJudge(), "locomo", ITEMS[2:4], 8, "generate")["n"] == 0
