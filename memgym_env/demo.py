@@ -39,7 +39,7 @@ class DemoSizes:
 QUICK = DemoSizes(users=1, periods=2, questions=1, rollout_sessions=3, policy_sessions=1, policy_tokens=16,
                   eval_users=1, on_policy=False, write_tokens=16, top_k=3)
 DEFAULT = DemoSizes(users=3, periods=4, questions=2, rollout_sessions=6, policy_sessions=2, policy_tokens=32,
-                    eval_users=1, on_policy=False, write_tokens=24)
+                    eval_users=2, on_policy=True, write_tokens=24)
 FULL = DemoSizes(users=3, periods=4, questions=4, rollout_sessions=16, policy_sessions=16, policy_tokens=256,
                  eval_users=3, on_policy=True, changes_per_period=4, reply_tokens=48, write_tokens=128, top_k=10)
 PRESETS = {"quick": QUICK, "default": DEFAULT, "full": FULL}
@@ -53,6 +53,7 @@ class Progress:
         from rich.live import Live
 
         self.models, self.stage, self.where, self.started = models, "", "", time.perf_counter()
+        self.worker_calls: dict[int, int] = {}  # model calls reported by evaluation worker processes
         self.console = Console()
         self.live = Live(self._render(), console=self.console, refresh_per_second=2, transient=False)
 
@@ -61,7 +62,7 @@ class Progress:
         for m in self.models:
             ledger = getattr(m, "ledger", None) or getattr(getattr(m, "model", None), "ledger", None)
             total += int(ledger.total.to_dict().get("calls", 0)) if ledger is not None else 0
-        return total
+        return total + sum(self.worker_calls.values())
 
     def _render(self):
         from rich.text import Text
@@ -129,25 +130,39 @@ def rollouts(world: Path, sizes: DemoSizes, model, progress: Progress) -> dict[s
 
 
 def interactive(world: Path, sizes: DemoSizes, model, embedder, model_spec: str, out: Path,
-                progress: Progress, assistants: tuple[str, ...] = ASSISTANTS) -> dict[str, Any]:
-    """The interactive evaluation of each assistant (oracle is the upper bound); results per assistant."""
+                progress: Progress, assistants: tuple[str, ...] = ASSISTANTS, workers: int = 1) -> dict[str, Any]:
+    """The interactive evaluation of each assistant (oracle is the upper bound); results per assistant.
+    With ``workers`` > 1 the users are split over that many processes of one torch thread each."""
     from memgym_env.interactive_runner import RunConfig, evaluate_one
     from memgym_env.world import read_world
 
+    cfgs = [RunConfig(world=str(world), assistant=name, out=str(out / "runs" / name), model=model_spec,
+                      users=sizes.eval_users, replay=None if sizes.on_policy else "world",
+                      reply_tokens=sizes.reply_tokens, write_tokens=sizes.write_tokens, top_k=sizes.top_k,
+                      factual_recall=False) for name in assistants]
+    workers = min(workers, sizes.eval_users)
+    if workers > 1:
+        from memgym_env.interactive_workers import evaluate_parallel
+
+        progress.set(f"interactive · {', '.join(assistants)}", f"starting {workers} workers")
+
+        def worker_period(ev: dict[str, Any]) -> None:
+            progress.worker_calls[ev["worker"]] = ev["calls"]
+            progress.set(f"interactive · {ev['assistant']}",
+                         f"user {ev['user'][:8]} period {ev['period'] + 1}/{sizes.periods} done (worker {ev['worker']})")
+
+        runs = evaluate_parallel(cfgs, workers, threads=1, on_period=worker_period)
+        return dict(zip(assistants, runs, strict=True))
     w = read_world(world)
     cache: dict = {}
     results = {}
-    for name in assistants:
-        progress.set(f"interactive · {name}", "starting")
+    for cfg in cfgs:
+        progress.set(f"interactive · {cfg.assistant}", "starting")
 
-        def period_done(user: str, period: int, name: str = name) -> None:
-            progress.set(None, f"{user} period {period + 1}/{sizes.periods} done")
+        def period_done(user: str, period: int) -> None:
+            progress.set(None, f"user {user[:8]} period {period + 1}/{sizes.periods} done")
 
-        cfg = RunConfig(world=str(world), assistant=name, out=str(out / "runs" / name), model=model_spec,
-                        users=sizes.eval_users, replay=None if sizes.on_policy else "world",
-                        reply_tokens=sizes.reply_tokens, write_tokens=sizes.write_tokens, top_k=sizes.top_k,
-                        factual_recall=False)
-        results[name] = evaluate_one(cfg, w, model, embedder, cache, on_period_end=period_done)
+        results[cfg.assistant] = evaluate_one(cfg, w, model, embedder, cache, on_period_end=period_done)
     return results
 
 

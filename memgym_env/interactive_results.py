@@ -123,8 +123,11 @@ def plot(results: Sequence[dict[str, Any]], folder: Path) -> list[Path]:
     for name, r in zip(names, results, strict=True):
         ys = [np.nan if v is None else v for v in r["per_period"]["memory_score"]]
         ax.plot(range(len(ys)), ys, marker="o", label=name)
-    ax.set(xlabel="period", ylabel="memory score", title="Memory score per period")
+    periods = max((len(r["per_period"]["memory_score"]) for r in results), default=0)
+    ax.set_xticks(range(periods))  # periods are whole numbers
+    ax.set(xlabel="period", ylabel="memory score (1 = upper bound, 0 = random)", title="Memory score per period")
     ax.axhline(0, color="grey", lw=0.5)
+    ax.axhline(1, color="grey", lw=0.5, ls=":")
     ax.legend(fontsize=8)
     score_png = folder / "memory_score.png"
     fig.tight_layout()

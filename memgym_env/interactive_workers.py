@@ -19,6 +19,7 @@ import os
 import queue
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -27,14 +28,19 @@ from memgym_env.interactive_runner import (RunConfig, finish_run, finished_perio
                                            prepare_run, run_users)
 
 
-class _Events:
-    """Stands in for a progress bar inside a worker: each finished period goes to the parent."""
-
-    def __init__(self, events, worker: int, assistant: str):
-        self.events, self.worker, self.assistant = events, worker, assistant
-
+class _NoBar:
     def update(self, n: int = 1) -> None:
-        self.events.put(("period", self.worker, self.assistant, n))
+        pass
+
+
+def _period_event(events, worker: int, assistant: str, model) -> Callable[[str, int], None]:
+    """Each finished period goes to the parent, with this worker's model calls so far."""
+    def send(user: str, period: int) -> None:
+        ledger = getattr(model, "ledger", None)
+        calls = int(ledger.total.to_dict().get("calls", 0)) if ledger is not None else 0
+        events.put(("period", worker, {"assistant": assistant, "user": user, "period": period,
+                                       "worker": worker, "calls": calls}))
+    return send
 
 
 def _load_models(cfg: RunConfig, threads: int | None):
@@ -52,7 +58,11 @@ def _worker(worker: int, cfgs: list[dict[str, Any]], user_ids: list[str], thread
         os.environ["MEMGYM_TORCH_THREADS"] = str(threads)
         os.environ["OMP_NUM_THREADS"] = str(threads)
     try:
+        from transformers.utils import logging as hf_logging
+
         from memgym_env.world import read_world
+
+        hf_logging.disable_progress_bar()  # N workers' weight-loading bars would garble the parent's display
 
         runs = [RunConfig(**c) for c in cfgs]
         world = read_world(runs[0].world)
@@ -65,11 +75,11 @@ def _worker(worker: int, cfgs: list[dict[str, Any]], user_ids: list[str], thread
         upper_cache: dict = {}  # shared by this worker's assistants, as in a serial run
         for cfg in runs:
             users = [u for u in run_users(cfg, world) if u.id in user_ids]
-            play_users(cfg, world, users, model, embedder, upper_cache, _Events(events, worker, cfg.assistant),
-                       checker=checker)
-        events.put(("done", worker, None, 0))
+            play_users(cfg, world, users, model, embedder, upper_cache, _NoBar(),
+                       _period_event(events, worker, cfg.assistant, model), checker=checker)
+        events.put(("done", worker, None))
     except BaseException:  # noqa: BLE001 - the parent reports it; the periods already saved stay
-        events.put(("error", worker, traceback.format_exc(), 0))
+        events.put(("error", worker, traceback.format_exc()))
 
 
 def compute_seconds(cfg: RunConfig, users) -> float:
@@ -82,10 +92,12 @@ def compute_seconds(cfg: RunConfig, users) -> float:
     return total
 
 
-def evaluate_parallel(cfgs: list[RunConfig], workers: int, threads: int | None = None) -> list[dict[str, Any]]:
+def evaluate_parallel(cfgs: list[RunConfig], workers: int, threads: int | None = None,
+                      on_period: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Play every assistant of ``cfgs`` (one world, one model) with users split over ``workers``
     processes; returns each run's results, in order. ``threads``: torch threads per worker
-    (default: the machine's cores shared out)."""
+    (default: the machine's cores shared out). ``on_period`` gets each finished period
+    (assistant, user, period, worker, the worker's model calls) instead of the progress bar."""
     import multiprocessing
 
     from tqdm.auto import tqdm
@@ -112,21 +124,23 @@ def evaluate_parallel(cfgs: list[RunConfig], workers: int, threads: int | None =
     errors: dict[int, str] = {}
     finished: set[int] = set()
     with tqdm(total=total, initial=initial, desc=f"{len(cfgs)} assistant(s) x {len(shards)} worker(s)",
-              unit="period") as bar:
+              unit="period", disable=on_period is not None) as bar:
         for p in procs:
             p.start()
         try:
             while len(finished) + len(errors) < len(procs):
                 try:
-                    kind, worker, payload, n = events.get(timeout=2.0)
+                    kind, worker, payload = events.get(timeout=2.0)
                 except queue.Empty:
                     for i, p in enumerate(procs):  # a worker killed outright (out of memory) sends nothing
                         if not p.is_alive() and i not in finished and i not in errors:
                             errors[i] = f"worker {i} exited with code {p.exitcode} without reporting"
                     continue
                 if kind == "period":
-                    bar.update(n)
-                    bar.set_postfix_str(f"{payload} (worker {worker})")
+                    bar.update(1)
+                    bar.set_postfix_str(f"{payload['assistant']} {payload['user'][:8]} period {payload['period']}")
+                    if on_period is not None:
+                        on_period(payload)
                 elif kind == "done":
                     finished.add(worker)
                 else:

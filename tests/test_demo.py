@@ -1,4 +1,4 @@
-"""`memgym demo` end to end on the smallest real run: SmolLM2 and MiniLM, one user, two periods."""
+"""`memgym demo` end to end on the smallest real run: SmolLM2 and MiniLM, two users, two periods."""
 
 import json
 from dataclasses import replace
@@ -8,7 +8,7 @@ import pytest
 from memgym_env import demo
 from memgym_env.demo_report import write_report
 
-TINY = replace(demo.QUICK, rollout_sessions=2, policy_sessions=1, policy_tokens=8)
+TINY = replace(demo.QUICK, users=2, eval_users=2, rollout_sessions=2, policy_sessions=1, policy_tokens=8)
 
 
 @pytest.fixture(scope="module")
@@ -25,8 +25,9 @@ def test_demo_stages_write_a_report_with_plots(tmp_path, models):
         world = demo.make_world(TINY, tmp_path, seed=7)
         rollouts = demo.rollouts(world, TINY, model, progress)
         results = demo.interactive(world, TINY, model, embedder, "smollm2-135m", tmp_path, progress,
-                                   assistants=("oracle",))
+                                   assistants=("oracle",), workers=2)  # the two users in two processes
         calls = progress.calls()
+    assert sorted(progress.worker_calls) == [0, 1] and all(progress.worker_calls.values())
     meta = {"model": "smollm2-135m", "embedder": "minilm", "preset": "test", "seed": 7, "sizes": demo.sizes_dict(TINY),
             "world": str(world), "cpus": 2, "load_average": [0, 0, 0], "model_calls": calls, "wall_s": 1.0}
     paths = write_report(tmp_path, meta, rollouts, results)

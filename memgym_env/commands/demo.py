@@ -30,6 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--embedder", default="minilm", help="embedder spec (default: minilm, offline)")
     p.add_argument("--seed", type=int, default=7, help="world seed (default 7)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: fastest on 2 shared cores)")
+    p.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
+                   help="processes the interactive evaluation's users are split over, one thread each "
+                        "(default: 2 where there are 2 cores)")
     p.add_argument("--out", type=Path, default=Path("demo-out"), help="report folder (default demo-out)")
     p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="LoCoMo file for --tour (default conv-26)")
 
@@ -42,6 +45,8 @@ def run(args: argparse.Namespace) -> int:
                                            embedder=args.embedder))
     if args.threads < 1:
         raise ValueError("--threads must be at least 1")
+    if args.workers < 1:
+        raise ValueError("--workers must be at least 1")
     os.environ["MEMGYM_TORCH_THREADS"] = str(args.threads)
     import shutil
 
@@ -65,10 +70,11 @@ def run(args: argparse.Namespace) -> int:
         progress.set("world", f"{sizes.users} users x {sizes.periods} periods")
         world = demo.make_world(sizes, args.out, args.seed)
         rollouts = demo.rollouts(world, sizes, model, progress)
-        results = demo.interactive(world, sizes, model, embedder, args.model, args.out, progress)
+        results = demo.interactive(world, sizes, model, embedder, args.model, args.out, progress,
+                                   workers=args.workers)
         progress.set("report", "")
         meta = {"model": args.model, "embedder": args.embedder, "preset": preset, "seed": args.seed,
-                "sizes": demo.sizes_dict(sizes), "world": str(world), "cpus": os.cpu_count(),
+                "sizes": demo.sizes_dict(sizes), "workers": args.workers, "world": str(world), "cpus": os.cpu_count(),
                 "load_average": [round(x, 2) for x in load], "model_calls": progress.calls(),
                 "wall_s": time.perf_counter() - started}
         paths = write_report(args.out, meta, rollouts, results)
