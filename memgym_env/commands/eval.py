@@ -32,7 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help_text = f.metadata.get("help", "")
         required = f.default is dataclasses.MISSING
         if f.type in (bool, "bool"):
-            parser.add_argument(flag, action="store_true", help=help_text)
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default,
+                                help=help_text + f" (default: {'on' if f.default else 'off'})")
             continue
         kind = int if f.type in (int, "int", "int | None") else str
         parser.add_argument(flag, type=kind, required=required, choices=choices.get(f.name),
