@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from membuilder.llm.base import Completion
-from memgym_env.benchmarks.judge_check import check_judge, control_pairs, describe
+from memgym_env.benchmarks.judge_check import best_threshold, check_judge, control_pairs, describe
 from memgym_env.conversation import QAItem
 
 ITEMS = [QAItem("a", "Where does Ana live?", "Lisbon"),
@@ -45,9 +45,24 @@ def test_controls_skip_items_without_gold_and_pair_each_with_a_different_answer(
 
 def test_an_exact_judge_is_trusted_and_a_yes_sayer_is_flagged():
     good = check_judge(GoldLineJudge(), "locomo", ITEMS, 8, "generate")
-    assert good == {"n": 8, "agreement": 1.0, "accepts_wrong": 0.0, "rejects_gold": 0.0, "trusted": True}
+    assert good == {"n": 8, "controls": ["a", "b", "e", "f"] * 2, "agreement": 1.0, "accepts_wrong": 0.0,
+                    "rejects_gold": 0.0, "threshold": None, "trusted": True}
     assert len(describe(good)) == 1 and "agreed with the truth on 100%" in describe(good)[0]
     yes = check_judge(GoldLineJudge(always="CORRECT"), "locomo", ITEMS, 8, "generate")
     assert yes["agreement"] == 0.5 and yes["accepts_wrong"] == 1.0 and yes["trusted"] is False
     assert "warning" in describe(yes)[1]
     assert check_judge(GoldLineJudge(), "locomo", ITEMS[2:4], 8, "generate")["n"] == 0
+
+
+def test_best_threshold_separates_the_controls_and_prefers_the_cut_nearest_zero():
+    # A yes-sayer: every margin positive, but the right answers score higher.
+    margins, truth = [2.0, 1.5, 0.4, 0.2], [True, True, False, False]
+    cut = best_threshold(margins, truth)
+    assert cut == (1.5 + 0.4) / 2 and [m >= cut for m in margins] == truth
+    assert best_threshold([1.0, -1.0], [True, False]) == 0.0  # already separated at 0: no correction
+    assert best_threshold([0.5, 0.5], [True, False]) == 0.0  # nothing separates them: keep the judge's own cut
+
+
+def test_controls_do_not_change_with_a_larger_question_set():
+    many = [QAItem(f"q{i}", f"Question {i}?", f"answer {i}") for i in range(40)]
+    assert control_pairs(many[:25]) == control_pairs(many)

@@ -98,13 +98,28 @@ def test_eval_end_to_end_then_resume_without_recomputation(smollm, tmp_path):
     assert "1 = multi-hop, 2 = temporal, 3 = open-domain, 4 = single-hop, 5 = adversarial" in report
     assert "| headline (1-4) | 2 |" in report and (tmp_path / "plot.png").exists()
     check = first["run"]["judge_check"]  # 2 gold answers given back + 2 other questions' answers
-    assert check["n"] == 4 and check["questions"] == 2 and 0.0 <= check["agreement"] <= 1.0
+    assert check["n"] == 4 and check["controls"] == ["conv-26/qa0", "conv-26/qa1"] * 2
+    assert 0.0 <= check["agreement"] <= 1.0 and len(check["margins"]) == 4 and check["threshold"] is not None
     assert "judge check: on 4 control answers" in report
     calls = smollm.usage.calls
     evaluate(cfg, {}, quiet=True)  # no models given: a resumed run must not need any
     second = json.loads((tmp_path / "results.json").read_text())
     assert second["items"] == first["items"] and smollm.usage.calls == calls
     assert second["run"]["invocations"][-1]["items_computed"] == 0
+
+
+@pytest.mark.slow
+def test_calibrated_judge_cuts_at_the_threshold_fitted_on_the_controls(smollm, tmp_path):
+    cfg = EvalConfig(benchmark="locomo", data=str(LOCOMO), out=str(tmp_path), system="oracle-evidence",
+                     limit=3, answer_max_tokens=8, judge_mode="calibrated")
+    evaluate(cfg, {"answerer": smollm, "judge": smollm}, quiet=True)
+    res = json.loads((tmp_path / "results.json").read_text())
+    check = res["run"]["judge_check"]
+    cut = check["threshold"]
+    assert check["agreement"] == check["calibrated"]["agreement"]  # the judge checked is the calibrated one
+    for it in res["items"]:
+        assert it["judge_threshold"] == cut and it["correct"] == (it["judge_margin"] >= cut)
+    assert "judge calibration" in (tmp_path / "report.md").read_text() or cut == 0.0
 
 
 @pytest.mark.slow

@@ -162,37 +162,59 @@ def parse_verdict(benchmark: str, text: str) -> bool | None:
 class Verdict:
     correct: bool | None  # None: the judge's output could not be parsed (counted as wrong)
     raw: str
+    margin: float | None = None  # log p(correct) - log p(wrong), when judged by log-probability
 
 
-JUDGE_MODES = ("generate", "logprob", "auto")
+JUDGE_MODES = ("generate", "logprob", "calibrated", "auto")
 
 # What each verdict looks like as the judge's whole reply, for scoring by log-probability.
 _VERDICT_REPLIES = {"label": ('{"label": "CORRECT"}', '{"label": "WRONG"}'), "yes_no": ("yes", "no")}
 
 
+def is_local(judge) -> bool:
+    """In-process models expose log-probabilities (``choice_logprobs_batch``)."""
+    return hasattr(judge, "choice_logprobs_batch") or hasattr(getattr(judge, "model", None), "choice_logprobs_batch")
+
+
+def judge_margins(judge, benchmark: str, items: list[QAItem], responses: list[str]) -> list[float]:
+    """log p(correct verdict) - log p(wrong verdict) per answer, each verdict scored as the
+    judge's whole reply (in-process judges only)."""
+    from membuilder.agents.choice import score_options
+
+    yes, no = _VERDICT_REPLIES["yes_no" if benchmark == "longmemeval" else "label"]
+    prompts = [judge_prompt(benchmark, it, r) for it, r in zip(items, responses, strict=True)]
+    return [s[0] - s[1] for s in score_options(judge, prompts, [[yes, no]] * len(prompts))]
+
+
 def judge_batch(judge, benchmark: str, items: list[QAItem], responses: list[str], max_new_tokens: int = 24,
-                mode: str = "auto") -> list[Verdict]:
+                mode: str = "auto", threshold: float | None = None) -> list[Verdict]:
     """Grade many answers with a ``ChatModel``.
 
     ``generate``: the judge writes its verdict (one batched call) and we parse it. ``logprob``:
     each verdict is scored as the judge's whole reply and the likelier one wins; a judge too small
     to follow the reply format (SmolLM2-135M echoes the instructions) still gives a verdict.
-    ``auto``: ``logprob`` for in-process models (they expose ``choice_logprobs_batch``), else
+    ``calibrated``: as ``logprob``, but "correct" needs a margin of at least ``threshold``, set
+    by the run's judge check on known-right and known-wrong answers (a small judge leans
+    towards "correct" whatever it reads). ``auto``: ``logprob`` for in-process models, else
     ``generate``.
     """
     from membuilder.llm.base import Sampling
 
     if mode not in JUDGE_MODES:
         raise ValueError(f"judge mode {mode!r}; expected one of {JUDGE_MODES}")
+    if mode == "calibrated" and threshold is None:
+        raise ValueError("judge mode 'calibrated' needs the threshold from the run's judge check")
     if not items:
         return []
-    prompts = [judge_prompt(benchmark, it, r) for it, r in zip(items, responses, strict=True)]
-    local = hasattr(judge, "choice_logprobs_batch") or hasattr(getattr(judge, "model", None), "choice_logprobs_batch")
-    if mode == "logprob" or (mode == "auto" and local):
+    local = is_local(judge)
+    if mode in ("logprob", "calibrated") and not local:
+        raise ValueError(f"judge mode {mode!r} needs an in-process judge with log-probabilities; "
+                         "use --judge-mode generate for a served model")
+    if mode in ("logprob", "calibrated") or (mode == "auto" and local):
         yes, no = _VERDICT_REPLIES["yes_no" if benchmark == "longmemeval" else "label"]
-        from membuilder.agents.choice import score_options
-
-        scores = score_options(judge, prompts, [[yes, no]] * len(prompts))
-        return [Verdict(s[0] >= s[1], yes if s[0] >= s[1] else no) for s in scores]
+        cut = threshold if mode == "calibrated" else 0.0
+        return [Verdict(m >= cut, yes if m >= cut else no, m)
+                for m in judge_margins(judge, benchmark, items, responses)]
+    prompts = [judge_prompt(benchmark, it, r) for it, r in zip(items, responses, strict=True)]
     outs = judge.generate(prompts, Sampling(temperature=0.0, max_new_tokens=max_new_tokens, stop=["\n\n"]))
     return [Verdict(parse_verdict(benchmark, o.text), o.text) for o in outs]

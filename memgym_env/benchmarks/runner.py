@@ -30,7 +30,7 @@ from .locomo import LOCOMO_CATEGORIES
 from .locomo_f1 import locomo_f1
 from .memory_classification import classify
 from .report import markdown, plot, print_table, summarize
-from .judge_check import check_judge, describe
+from .judge_check import check_judge, control_pairs, describe
 from .retrieval_metrics import anchor_coverage, recall_at_k
 from .systems import (
     SYSTEMS,
@@ -66,7 +66,9 @@ class EvalConfig:
     answer_max_tokens: int = field(default=64, metadata={"help": "new tokens per answer"})
     judge_max_tokens: int = field(default=24, metadata={"help": "new tokens per verdict"})
     judge_mode: str = field(default="auto", metadata={"help": "generate (parse the written verdict), logprob (likelier "
-                                                              "verdict wins), auto (logprob for local models)"})
+                                                              "verdict wins), calibrated (logprob with the margin cut "
+                                                              "fitted on the judge check's controls), auto (logprob "
+                                                              "for local models)"})
     judge_check: bool = field(default=True, metadata={"help": "grade known-right and known-wrong control answers "
                                                                "to see whether the judge can be trusted"})
 
@@ -147,6 +149,7 @@ def _record(cfg: EvalConfig, conv: Conversation, item: QAItem, ctx: Context, ans
     r: dict[str, Any] = {
         "conversation": conv.id, "id": item.id, "category": item.category, "question": item.question,
         "gold": item.answer, "answer": answer, "correct": verdict.correct, "judge_output": verdict.raw,
+        **({"judge_margin": round(verdict.margin, 4)} if getattr(verdict, "margin", None) is not None else {}),
         "evidence": item.evidence, "retrieved_ids": ctx.entry_ids,
         "evidence_retrieved": ctx.read, "written": ctx.written,
     }
@@ -218,6 +221,14 @@ def evaluate(cfg: EvalConfig, models: dict[str, Any] | None = None, quiet: bool 
         if cfg.system == "membuilder" and "model" not in models:
             membuilder_session_builder(None)  # fails fast, before any model is loaded, if it cannot run
         _load_models(cfg, models, stages)
+        check = _judge_check(cfg, run, models, stages, [q for _, q in selected])
+        threshold = check.get("threshold") if check else None
+        if cfg.judge_mode == "calibrated" and threshold is None:
+            raise ValueError("--judge-mode calibrated: no control answers to calibrate on (no items with a gold "
+                             "answer) or the judge gives no log-probabilities")
+        if cfg.judge_mode == "calibrated" and any(r.get("judge_threshold") not in (None, threshold) for r in done.values()):
+            raise ValueError(f"{out}: earlier items were judged with another calibrated threshold (the control "
+                             "answers changed with --limit); use a new --out")
         system = make_system(cfg, models)
         bar = tqdm(total=n_pending, desc=f"{cfg.benchmark}/{cfg.system}", disable=quiet, unit="q")
         with items_path.open("a", encoding="utf-8") as sink:
@@ -231,7 +242,8 @@ def evaluate(cfg: EvalConfig, models: dict[str, Any] | None = None, quiet: bool 
                     with _Stage(stages, "answer", models["answerer"]):
                         answers = _answer(cfg, models["answerer"], conv, batch, contexts)
                     with _Stage(stages, "judge", models["judge"]):
-                        verdicts = judge_batch(models["judge"], cfg.benchmark, batch, answers, cfg.judge_max_tokens, cfg.judge_mode)
+                        verdicts = judge_batch(models["judge"], cfg.benchmark, batch, answers, cfg.judge_max_tokens,
+                                               cfg.judge_mode, threshold=threshold)
                     kinds: list[str | None] = [None] * len(batch)
                     if cfg.benchmark == "perltqa":  # PerLTQA's memory classification, by the answer model
                         with _Stage(stages, "classify", models["answerer"]):
@@ -240,20 +252,14 @@ def evaluate(cfg: EvalConfig, models: dict[str, Any] | None = None, quiet: bool 
                         rec = _record(cfg, conv, item, ctx, ans, v)
                         if kind is not None:
                             rec["memory_kind_predicted"] = kind
+                        if cfg.judge_mode == "calibrated":
+                            rec["judge_threshold"] = threshold
                         done[item.id] = rec
                         sink.write(json.dumps(rec, ensure_ascii=False) + "\n")
                     sink.flush()
                     bar.update(len(batch))
         bar.close()
-    checked = run.get("judge_check") or {}
-    if cfg.judge_check and checked.get("questions") != len(selected):  # once per run folder and question set
-        if "judge" not in models:
-            t0 = time.perf_counter()
-            models["judge"] = load_model(cfg.judge)
-            stages.setdefault("load", {"wall_s": 0.0})["wall_s"] += time.perf_counter() - t0
-        with _Stage(stages, "judge_check", models["judge"]):
-            run["judge_check"] = check_judge(models["judge"], cfg.benchmark, [q for _, q in selected],
-                                             cfg.judge_max_tokens, cfg.judge_mode) | {"questions": len(selected)}
+    _judge_check(cfg, run, models, stages, [q for _, q in selected])
     records = [done[q.id] for _, q in selected]
     summary = summarize(cfg.benchmark, records)
     run["invocations"].append({"time": time.strftime("%Y-%m-%d %H:%M:%S"), "items_computed": n_pending,
@@ -271,6 +277,22 @@ def evaluate(cfg: EvalConfig, models: dict[str, Any] | None = None, quiet: bool 
         print_table(summary)
         print(f"wrote {out / 'results.json'}, {out / 'report.md'}, {out / 'plot.png'}")
     return summary
+
+
+def _judge_check(cfg: EvalConfig, run: dict[str, Any], models: dict[str, Any], stages: dict[str, dict[str, float]],
+                 items: list[QAItem]) -> dict[str, Any] | None:
+    """The run's judge check (see ``judge_check``), computed once per set of control answers."""
+    if not (cfg.judge_check or cfg.judge_mode == "calibrated"):
+        return run.get("judge_check")
+    expected = [p[0].id for p in control_pairs(items)]
+    if (run.get("judge_check") or {}).get("controls") != expected:
+        if "judge" not in models:
+            t0 = time.perf_counter()
+            models["judge"] = load_model(cfg.judge)
+            stages.setdefault("load", {"wall_s": 0.0})["wall_s"] += time.perf_counter() - t0
+        with _Stage(stages, "judge_check", models["judge"]):
+            run["judge_check"] = check_judge(models["judge"], cfg.benchmark, items, cfg.judge_max_tokens, cfg.judge_mode)
+    return run["judge_check"]
 
 
 def _load_models(cfg: EvalConfig, models: dict[str, Any], stages: dict[str, dict[str, float]]) -> None:

@@ -26,7 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from memgym_env.benchmarks.runner import EvalConfig
     from memgym_env.benchmarks.systems import SYSTEMS
 
-    choices = {"benchmark": BENCHMARKS, "system": SYSTEMS}
+    from memgym_env.benchmarks.judges import JUDGE_MODES
+
+    choices = {"benchmark": BENCHMARKS, "system": SYSTEMS, "judge_mode": JUDGE_MODES}
     for f in dataclasses.fields(EvalConfig):
         flag = "--" + f.name.replace("_", "-")
         help_text = f.metadata.get("help", "")
