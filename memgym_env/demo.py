@@ -35,7 +35,7 @@ class DemoSizes:
     top_k: int = 5
 
 
-# Measured on 2 shared CPU cores (see README): QUICK under 2 minutes, DEFAULT under 10.
+# Measured on 2 CPU cores (see README): QUICK about 90 s, DEFAULT about 6 minutes (2 workers); goals 2 and 10.
 QUICK = DemoSizes(users=1, periods=2, questions=1, rollout_sessions=3, policy_sessions=1, policy_tokens=16,
                   eval_users=1, on_policy=False, write_tokens=16, top_k=3)
 DEFAULT = DemoSizes(users=3, periods=4, questions=2, rollout_sessions=6, policy_sessions=2, policy_tokens=32,
