@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test bench ladder lint clean
+.PHONY: setup demo test bench acceptance ladder lint clean
 
 setup: $(STAMP)
 
@@ -36,6 +36,10 @@ bench: setup
 	$(PY) bench/env_step.py
 	$(PY) bench/world_generation.py
 	$(PY) bench/generation.py --threads 1
+
+# MemoryGym-Interactive-v0's acceptance run: six assistants, 2 users x 3 periods; about 11 minutes on 2 cores.
+acceptance: setup
+	$(PY) bench/interactive_acceptance.py
 
 # base -> SFT -> SFT+GRPO / SFT+ADRPO on held-out users; about an hour on 2 CPU cores.
 ladder: setup
