@@ -24,8 +24,15 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from memgym_env.interactive_runner import (RunConfig, finish_run, finished_periods, period_dir, play_users,
-                                           prepare_run, run_users)
+from memgym_env.interactive_runner import (
+    RunConfig,
+    finish_run,
+    finished_periods,
+    period_dir,
+    play_users,
+    prepare_run,
+    run_users,
+)
 
 
 class _NoBar:

@@ -25,12 +25,12 @@ from memgym_env.conversation import Conversation, QAItem
 
 from . import load_benchmark
 from .answering import answer_prompt
+from .judge_check import check_judge, control_pairs, describe
 from .judges import judge_batch
 from .locomo import LOCOMO_CATEGORIES
 from .locomo_f1 import locomo_f1
 from .memory_classification import classify
 from .report import markdown, plot, print_table, summarize
-from .judge_check import check_judge, control_pairs, describe
 from .retrieval_metrics import anchor_coverage, recall_at_k
 from .systems import (
     SYSTEMS,

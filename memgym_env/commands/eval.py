@@ -23,10 +23,9 @@ LoCoMo reports print the category mapping (1 multi-hop, 2 temporal, 3 open-domai
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from memgym_env.benchmarks import BENCHMARKS
+    from memgym_env.benchmarks.judges import JUDGE_MODES
     from memgym_env.benchmarks.runner import EvalConfig
     from memgym_env.benchmarks.systems import SYSTEMS
-
-    from memgym_env.benchmarks.judges import JUDGE_MODES
 
     choices = {"benchmark": BENCHMARKS, "system": SYSTEMS, "judge_mode": JUDGE_MODES}
     for f in dataclasses.fields(EvalConfig):
