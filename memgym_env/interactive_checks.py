@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memgym_env.interactive import QUESTION, choice_or_random, eval_items
-from memgym_env.metrics import evidence_supports, new_facts
+from memgym_env.metrics import evidence_supports, new_facts, states_verbatim
 from memgym_env.world.types import WorldUser
 
 
@@ -43,8 +43,9 @@ def period_facts(user: WorldUser, period: int) -> list[dict[str, Any]]:
 
 
 def factual_recall_flags(assistant, model, facts: Sequence[Mapping[str, Any]], context_tokens: int) -> list[bool]:
-    """Which facts the assistant's memory supports: evidence matching for a MemBuilder bank,
-    a yes/no checker model for every other memory."""
+    """Which facts the assistant's memory supports: evidence matching for a MemBuilder bank; for
+    every other memory, the value written out verbatim, else a yes/no checker model (a small
+    checker leans to "no" even on a verbatim fact, which would put the oracle's recall at 0)."""
     if not facts:
         return []
     bank = getattr(assistant, "bank", None)
@@ -59,6 +60,11 @@ def factual_recall_flags(assistant, model, facts: Sequence[Mapping[str, Any]], c
     from membuilder.agents.choice import score_options
 
     memory = fit_newest(assistant.memory_text().splitlines(), context_tokens, model.count_tokens) or "(empty)"
-    convs = [[{"role": "user", "content": prompts.render("fact_check", memory=memory, fact=f["fact"])}] for f in facts]
-    scores = score_options(bound(model, "check"), convs, [["yes", "no"]] * len(facts))
-    return [s[0] > s[1] for s in scores]
+    flags = [states_verbatim(f["value_text"], memory) for f in facts]
+    ask = [i for i, ok in enumerate(flags) if not ok]
+    if ask:
+        convs = [[{"role": "user", "content": prompts.render("fact_check", memory=memory, fact=facts[i]["fact"])}]
+                 for i in ask]
+        for i, s in zip(ask, score_options(bound(model, "check"), convs, [["yes", "no"]] * len(ask)), strict=True):
+            flags[i] = s[0] > s[1]
+    return flags

@@ -96,3 +96,12 @@ def test_evidence_matching_needs_the_revealing_session_or_core():
     assert not metrics.evidence_supports("vegetarian, no meat or fish", {"p2-s0"}, entries, core="")
     assert metrics.evidence_supports("vegetarian, no meat or fish", {"p2-s0"}, entries, core="User is vegetarian; no meat or fish.")
     assert not metrics.evidence_supports("a small town", {"p0-s0"}, entries, core="")
+
+
+def test_verbatim_support_needs_the_whole_value_in_order_and_ignores_tiny_values():
+    memory = "- Work arrangement: Fully remote.\n- Pet: a beagle called Max"
+    assert metrics.states_verbatim("fully remote", memory)
+    assert metrics.states_verbatim("a beagle called Max", memory)
+    assert not metrics.states_verbatim("remote fully", memory)  # words out of order
+    assert not metrics.states_verbatim("a beagle", "a beagles life")  # whole words only
+    assert not metrics.states_verbatim("no", "no pets")  # too short to mean anything
