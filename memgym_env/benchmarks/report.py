@@ -128,6 +128,11 @@ def markdown(summary: dict[str, Any], run: dict[str, Any] | None = None) -> str:
     diag = summary.get("overall", summary.get("headline", {})).get("diagnosis")
     if diag:
         lines += ["", "Where answers fail (share of items): " + ", ".join(f"{k} {_pct(v)}%" for k, v in diag.items())]
+    if run and run.get("system") == "membuilder" and summary["benchmark"] != "perltqa":
+        # A constructed entry does not keep the turn it came from, only its session.
+        lines += ["", "recall_at_k here is session-level: a MemBuilder entry counts as holding every turn of the "
+                      "session it was written from; evidence_retrieved asks whether a retrieved entry (or Core) "
+                      "carries the evidence turns' content."]
     mc = summary.get("memory_classification")
     if mc:
         lines += ["", f"Memory classification (the answer model names the memory kind; n = {mc['count']}): "
