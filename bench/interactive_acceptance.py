@@ -46,10 +46,8 @@ def main(argv: list[str] | None = None) -> dict:
     if a.threads:
         os.environ["MEMGYM_TORCH_THREADS"] = str(a.threads)
     started = time.perf_counter()
-    from membuilder.llm import load_chat_model
-    from membuilder.llm.embedders import load_embedder
     from memgym_env.interactive_results import compare
-    from memgym_env.interactive_runner import RunConfig, evaluate_one
+    from memgym_env.interactive_runner import RunConfig, evaluate_one, load_run_models
     from memgym_env.interactive_workers import evaluate_parallel
     from memgym_env.world import generate_world, load_config, read_world, write_world
 
@@ -64,8 +62,8 @@ def main(argv: list[str] | None = None) -> dict:
     if a.workers > 1:
         runs = evaluate_parallel(cfgs, a.workers, threads=a.threads)
     else:
-        model = load_chat_model(a.model, threads=a.threads) if a.threads else load_chat_model(a.model)
-        embedder, upper = load_embedder("minilm"), {}
+        model, embedder, _ = load_run_models(cfgs, a.threads)
+        upper: dict = {}
         runs = [evaluate_one(c, world, model, embedder, upper) for c in cfgs]
     per, checks = {}, {}
     for name, res in zip(ASSISTANTS, runs, strict=True):

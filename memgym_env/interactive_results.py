@@ -40,8 +40,10 @@ def _vec(x: np.ndarray) -> list[float | None]:
 
 def collect_results(run: Path, world: World, users: Sequence[WorldUser], meta: dict[str, Any],
                     wall_s: float | None = None) -> dict[str, Any]:
-    """Every metric of a run folder, from its ``evaluation.json`` files."""
+    """Every metric of a run folder, from its ``evaluation.json`` files. ``wall_s`` defaults to
+    the seconds spent in the periods, summed (what a parallel run can say per assistant)."""
     correct, ub, n_choices, labels, recall, parsed, usage = [], [], [], [], [], [], {}
+    period_s = 0.0
     for user in users:
         evals = _load_periods(run, user)
         states = [p.state for p in user.periods]
@@ -55,6 +57,7 @@ def collect_results(run: Path, world: World, users: Sequence[WorldUser], meta: d
         recall.append([metrics.factual_recall([f["supported"] for f in e["factual_recall"]]) for e in evals])
         parsed += [q["parsed"] for e in evals for q in e["questions"] + e["probes"]]
         for e in evals:
+            period_s += float(e.get("wall_s", 0.0))
             for purpose, u in e.get("usage", {}).items():
                 acc = usage.setdefault(purpose, {})
                 for k, v in u.items():
@@ -82,7 +85,7 @@ def collect_results(run: Path, world: World, users: Sequence[WorldUser], meta: d
             "per_user": {"accuracy": _rows(acc), "upper_bound": _rows(upper), "random": _rows(rand),
                          "memory_score": _rows(score), "factual_recall": _rows(recall_arr),
                          "diagnosis": labels},
-            "usage_by_stage": usage, "wall_s": None if wall_s is None else round(wall_s, 1)}
+            "usage_by_stage": usage, "wall_s": round(period_s if wall_s is None else wall_s, 1)}
 
 
 def _colmean(x: np.ndarray) -> np.ndarray:

@@ -261,8 +261,26 @@ def play_users(cfg: RunConfig, world: World, users: list[WorldUser], model, embe
                     on_period_end, checker).play(done, progress)
 
 
+def load_run_models(cfgs: list[RunConfig], threads: int | None = None):
+    """(model, embedder or None, checker or None) for runs sharing one model, embedder and checker."""
+    from membuilder.agents.assistants import NEEDS_EMBEDDER
+    from membuilder.llm import load_chat_model
+
+    kw = {"threads": threads} if threads else {}
+    cfg = cfgs[0]
+    model = load_chat_model(cfg.model, **kw)
+    embedder = None
+    if any(c.assistant in NEEDS_EMBEDDER for c in cfgs):
+        from membuilder.llm.embedders import load_embedder
+
+        embedder = load_embedder(cfg.embedder)
+    checker = load_chat_model(cfg.checker, **kw) if cfg.checker else None
+    return model, embedder, checker
+
+
 def finish_run(cfg: RunConfig, world: World, meta: dict[str, Any], wall_s: float | None) -> dict[str, Any]:
-    """Results and report of a run folder whose periods are all played."""
+    """Results and report of a run folder whose periods are all played (``wall_s`` None: the
+    periods' seconds, summed)."""
     from memgym_env.interactive_results import collect_results, write_report
 
     results = collect_results(Path(cfg.out), world, run_users(cfg, world), meta, wall_s)

@@ -14,7 +14,6 @@ core poorly, and one process per core with one thread each keeps both busy (meas
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import time
@@ -28,7 +27,7 @@ from memgym_env.interactive_runner import (
     RunConfig,
     finish_run,
     finished_periods,
-    period_dir,
+    load_run_models,
     play_users,
     prepare_run,
     run_users,
@@ -50,16 +49,6 @@ def _period_event(events, worker: int, assistant: str, model) -> Callable[[str, 
     return send
 
 
-def _load_models(cfg: RunConfig, threads: int | None):
-    from membuilder.agents.assistants import NEEDS_EMBEDDER
-    from membuilder.llm import load_chat_model
-
-    kw = {"threads": threads} if threads else {}
-    model = load_chat_model(cfg.model, **kw)
-    checker = load_chat_model(cfg.checker, **kw) if cfg.checker else None
-    return model, checker, NEEDS_EMBEDDER
-
-
 def _worker(worker: int, cfgs: list[dict[str, Any]], user_ids: list[str], threads: int | None, events) -> None:
     if threads:
         os.environ["MEMGYM_TORCH_THREADS"] = str(threads)
@@ -73,12 +62,7 @@ def _worker(worker: int, cfgs: list[dict[str, Any]], user_ids: list[str], thread
 
         runs = [RunConfig(**c) for c in cfgs]
         world = read_world(runs[0].world)
-        model, checker, needs_embedder = _load_models(runs[0], threads)
-        embedder = None
-        if any(r.assistant in needs_embedder for r in runs):
-            from membuilder.llm.embedders import load_embedder
-
-            embedder = load_embedder(runs[0].embedder)
+        model, embedder, checker = load_run_models(runs, threads)
         upper_cache: dict = {}  # shared by this worker's assistants, as in a serial run
         for cfg in runs:
             users = [u for u in run_users(cfg, world) if u.id in user_ids]
@@ -87,16 +71,6 @@ def _worker(worker: int, cfgs: list[dict[str, Any]], user_ids: list[str], thread
         events.put(("done", worker, None))
     except BaseException:  # noqa: BLE001 - the parent reports it; the periods already saved stay
         events.put(("error", worker, traceback.format_exc()))
-
-
-def compute_seconds(cfg: RunConfig, users) -> float:
-    """Seconds spent in a run folder's periods, summed (a parallel run's per-assistant time)."""
-    total = 0.0
-    for user in users:
-        for p in range(finished_periods(Path(cfg.out), user)):
-            ev = json.loads((period_dir(Path(cfg.out), user.id, p) / "evaluation.json").read_text(encoding="utf-8"))
-            total += float(ev.get("wall_s", 0.0))
-    return total
 
 
 def evaluate_parallel(cfgs: list[RunConfig], workers: int, threads: int | None = None,
@@ -165,5 +139,5 @@ def evaluate_parallel(cfgs: list[RunConfig], workers: int, threads: int | None =
     out = []
     for cfg, meta in zip(cfgs, metas, strict=True):
         meta = meta | {"workers": len(shards), "threads_per_worker": threads, "parallel_wall_s": round(wall, 1)}
-        out.append(finish_run(cfg, world, meta, compute_seconds(cfg, users)))
+        out.append(finish_run(cfg, world, meta, None))  # per assistant: its periods' seconds, summed
     return out

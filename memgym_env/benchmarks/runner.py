@@ -149,7 +149,7 @@ def _record(cfg: EvalConfig, conv: Conversation, item: QAItem, ctx: Context, ans
     r: dict[str, Any] = {
         "conversation": conv.id, "id": item.id, "category": item.category, "question": item.question,
         "gold": item.answer, "answer": answer, "correct": verdict.correct, "judge_output": verdict.raw,
-        **({"judge_margin": round(verdict.margin, 4)} if getattr(verdict, "margin", None) is not None else {}),
+        **({"judge_margin": round(verdict.margin, 4)} if verdict.margin is not None else {}),
         "evidence": item.evidence, "retrieved_ids": ctx.entry_ids,
         "evidence_retrieved": ctx.read, "written": ctx.written,
     }

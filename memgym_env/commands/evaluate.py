@@ -42,10 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from membuilder.agents.assistants import ASSISTANTS, NEEDS_EMBEDDER
-    from membuilder.llm import load_chat_model
+    from membuilder.agents.assistants import ASSISTANTS
     from memgym_env.interactive_results import compare
-    from memgym_env.interactive_runner import RunConfig, evaluate_one
+    from memgym_env.interactive_runner import RunConfig, evaluate_one, load_run_models
     from memgym_env.world import read_world
 
     names = [n.strip() for n in args.assistant.split(",") if n.strip()]
@@ -55,25 +54,18 @@ def run(args: argparse.Namespace) -> int:
     fields = {f.name for f in dataclasses.fields(RunConfig)}
     base = {k: v for k, v in vars(args).items() if k in fields}
     outs = [args.out if len(names) == 1 else str(Path(args.out) / name) for name in names]
+    cfgs = [RunConfig(**(base | {"assistant": n, "out": o})) for n, o in zip(names, outs, strict=True)]
     if args.workers > 1:
         from memgym_env.interactive_workers import evaluate_parallel
 
-        evaluate_parallel([RunConfig(**(base | {"assistant": n, "out": o})) for n, o in zip(names, outs, strict=True)],
-                          args.workers, threads=args.threads)
-        print(compare(outs, plots=Path(args.out) / "plots" if len(names) > 1 else None))
-        return 0
-    world = read_world(args.world)
-    if args.threads:
-        os.environ["MEMGYM_TORCH_THREADS"] = str(args.threads)
-    model = load_chat_model(args.model, threads=args.threads) if args.threads else load_chat_model(args.model)
-    embedder = None
-    if any(n in NEEDS_EMBEDDER for n in names):
-        from membuilder.llm.embedders import load_embedder
-
-        embedder = load_embedder(args.embedder)
-    checker = load_chat_model(args.checker) if args.checker else None
-    upper_cache: dict = {}  # the upper bound depends on the model and world only: shared by the runs
-    for name, out in zip(names, outs, strict=True):
-        evaluate_one(RunConfig(**(base | {"assistant": name, "out": out})), world, model, embedder, upper_cache, checker=checker)
+        evaluate_parallel(cfgs, args.workers, threads=args.threads)
+    else:
+        world = read_world(args.world)
+        if args.threads:
+            os.environ["MEMGYM_TORCH_THREADS"] = str(args.threads)
+        model, embedder, checker = load_run_models(cfgs, args.threads)
+        upper_cache: dict = {}  # the upper bound depends on the model and world only: shared by the runs
+        for cfg in cfgs:
+            evaluate_one(cfg, world, model, embedder, upper_cache, checker=checker)
     print(compare(outs, plots=Path(args.out) / "plots" if len(names) > 1 else None))
     return 0
