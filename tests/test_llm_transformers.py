@@ -105,7 +105,12 @@ def test_prompts_sharing_a_memory_prefix_score_as_if_run_alone(model):
     assert tb._shared_prefix(rows) >= tb.MIN_SHARED_PREFIX  # the shared-prefix path is the one taken
     shared = model.choice_logprobs_batch(convs, [["1", "2", "3"]] * 3)
     alone = [model.choice_logprobs_batch([c], [["1", "2", "3"]])[0] for c in convs]
+    # bfloat16 (the default on CPUs with AMX / AVX512-BF16) rounds the body's activations, and the
+    # two paths run different matrix shapes: they agree to 0.2 nats (0.15 seen) and pick the same
+    # option; float32 agrees to 1e-4. bench/bf16_agreement.py checks the decisions at scale.
+    tolerance = 0.2 if model.dtype == "bfloat16" else 1e-4
     for s, a in zip(shared, alone, strict=True):
-        assert s == pytest.approx(a, abs=1e-4)
+        assert s == pytest.approx(a, abs=tolerance)
+        assert s.index(max(s)) == a.index(max(a))
     assert tb._shared_prefix([[1, 2, 3], [1, 2, 3]]) == 2  # each row keeps a token of its own
     assert tb._shared_prefix([[1, 2], [3]]) == 0
