@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from membuilder.memory import EmbeddingCache, MemoryBank
 from memgym_env.conversation import Conversation, QAItem
 
 
@@ -25,6 +27,51 @@ class Episode:
                 f"conversation {self.conversation.id}: {len(self.expert_outputs)} expert steps for "
                 f"{len(self.conversation.sessions)} sessions"
             )
+
+
+_LOADED: dict[str, list[Episode]] = {}
+
+
+def load_episodes(config: Any) -> list[Episode]:
+    """The episodes a ``ConstructionConfig`` names, built once per process.
+
+    SFT, RL and the ladder's evaluation of one run name the same world, so they share one
+    generated world (and one set of conversations) instead of each generating its own.
+    """
+    c = config
+    key = json.dumps([c.source, c.world_path, c.world_config, c.world_overrides, c.conversation_path, c.qa_path,
+                      c.expert_path, c.max_users, c.questions_per_session], sort_keys=True, default=str)
+    if key not in _LOADED:
+        if c.source == "conversation":
+            if not c.conversation_path:
+                raise ValueError("source 'conversation' needs conversation_path")
+            episodes = conversation_episodes(c.conversation_path, c.qa_path, c.expert_path)
+        elif c.world_path:
+            from memgym_env.world import read_world
+
+            episodes = world_episodes(read_world(c.world_path), c.questions_per_session, 0, c.max_users)
+        else:
+            episodes = generated_world_episodes(c.world_config, c.world_overrides, c.questions_per_session, 0,
+                                                c.max_users)
+        _LOADED[key] = episodes
+    return _LOADED[key]
+
+
+def expert_snapshots(episode: Episode, cache: EmbeddingCache, limit: int | None = None) -> list[MemoryBank]:
+    """The expert's memory before each of the first ``limit`` sessions, then after the last of
+    them, as O(1) forks: ``len(result) == sessions + 1``.
+
+    This is MemBuilder's training state: the snapshot a session's candidates are written into.
+    """
+    if episode.expert_outputs is None:
+        raise ValueError(f"conversation {episode.conversation.id}: no expert outputs to build snapshots from "
+                         "(give expert_path, or use snapshot 'on_policy')")
+    bank, snapshots = MemoryBank(cache=cache), []
+    for session, outputs in list(zip(episode.conversation.sessions, episode.expert_outputs))[:limit]:
+        snapshots.append(bank.fork())
+        for agent, text in outputs.items():
+            bank.apply(agent, text, time=session.time, session=session.id)
+    return snapshots + [bank]
 
 
 def world_episodes(world, per_session: int = 5, seed: int = 0, max_users: int | None = None) -> list[Episode]:

@@ -22,12 +22,12 @@ OUT = ROOT / "docs" / "configuration.md"
 
 
 def sections():
-    from memgym_env.construction import ConstructionConfig
+    from memgym_env.construction_config import ConstructionConfig
     from memgym_env.demo import DemoSizes
     from memgym_env.interactive_runner import RunConfig
     from memgym_env.world.config import SessionQAConfig, WorldConfig
     from train.adrpo import ADRPOScriptArgs
-    from train.common import WorldArgs
+    from train.common import EnvArgs
     from train.ladder import LadderArgs
     from train.sft import SFTScriptArgs
 
@@ -37,7 +37,7 @@ def sections():
         ("MemoryGym-v0", ConstructionConfig, "configs/env/construction.yaml; `memgym rollout --config`"),
         ("Interactive evaluation", RunConfig, "`memgym evaluate --FIELD-NAME`"),
         ("Demo sizes", DemoSizes, "the presets of `memgym demo` (`--quick`, default, `--full`)"),
-        ("Training: world selection", WorldArgs, "shared by train/sft.py and train/adrpo.py"),
+        ("Training: env and users", EnvArgs, "shared by train/sft.py and train/adrpo.py: an env config, its overrides, the users"),
         ("Training: SFT", SFTScriptArgs, "train/sft.py, configs/train/sft_*.yaml (plus TRL's SFTConfig)"),
         ("Training: ADRPO", ADRPOScriptArgs, "train/adrpo.py, configs/train/adrpo_*.yaml (plus TRL's GRPOConfig)"),
         ("Training ladder", LadderArgs, "configs/train/ladder_smollm2_cpu.yaml; `make ladder`"),

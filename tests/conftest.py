@@ -27,3 +27,16 @@ def embedder():
     from membuilder.llm.embedders import load_embedder
 
     return load_embedder("minilm")
+
+
+@pytest.fixture(scope="session")
+def tiny_chat_path(tmp_path_factory) -> str:
+    """A tiny random Llama with a byte tokenizer, saved as a local checkpoint: a real answer and
+    judge model for any backend that loads a path, fast enough to stand in for a big one."""
+    from membuilder.training.tiny import byte_tokenizer, tiny_llama
+
+    path = tmp_path_factory.mktemp("tiny-chat") / "model"
+    tok = byte_tokenizer()
+    tiny_llama(tok).save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import codecs
+import json
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -9,6 +12,7 @@ from gymnasium.utils.env_checker import check_env
 
 import memgym_env  # noqa: F401  (registers the environments)
 from memgym_env.construction import ConstructionConfig, MemoryGymEnv
+from memgym_env.session_scorer import SessionScorer
 
 SMALL = {"num_users": 2, "num_periods": 1}
 EMPTY = {"core": "", "episodic": '{"operations": []}', "semantic": '{"operations": []}', "procedural": '{"operations": []}'}
@@ -33,8 +37,30 @@ def play(env, policy, seed=0):
     return rewards, infos
 
 
+def blind(action: dict[str, str]) -> dict[str, str]:
+    """The same writes with every written word rot13-ed: same validity, same token counts, and a
+    memory that answers nothing."""
+    def scramble(value):
+        if isinstance(value, str):
+            return codecs.encode(value, "rot13")
+        if isinstance(value, list):
+            return [scramble(v) for v in value]
+        return {k: v if k in ("operation", "action") else scramble(v) for k, v in value.items()}
+
+    return {agent: json.dumps(scramble(json.loads(text))) for agent, text in action.items()}
+
+
 def test_passes_gymnasium_env_checker(env):
     check_env(env, skip_render_check=True)
+
+
+@pytest.mark.parametrize("mode", ["choice", "llm"])
+def test_passes_gymnasium_env_checker_with_answer_models(mode, tiny_chat_path):
+    """Step info must be the same for the same seed: the models' running usage is not in it."""
+    e = MemoryGymEnv(answer_mode=mode, answerer=tiny_chat_path, world_overrides={"num_users": 1, "num_periods": 1},
+                     questions_per_session=2)
+    check_env(e, skip_render_check=True)
+    assert e.model_usage()["answerer"]["calls"] > 0
 
 
 def test_oracle_scores_high_and_empty_policy_scores_zero(env):
@@ -56,6 +82,7 @@ def test_info_reports_each_question_and_agent(env):
     assert info["questions"] and {"question", "gold", "answer", "correct"} <= set(info["questions"][0])
     assert sum(info["attribution_counts"].values()) > 0
     assert max(info["weights"].values()) == env.config.alpha
+    assert info["weights"][info["dominant"]] == env.config.alpha
 
 
 def test_invalid_agent_gets_zero_and_the_others_keep_their_reward(env):
@@ -88,6 +115,31 @@ def test_expert_snapshot_restores_expert_memory_but_on_policy_keeps_own_writes()
     own_env.reset(seed=0, options={"episode": 0})
     obs, *_ = own_env.step(EMPTY)
     assert obs["core"] == "" and obs["semantic"] == ()
+
+
+def test_unrewarded_session_asks_nothing_and_scores_the_writes_alone():
+    scorer = SessionScorer(ConstructionConfig(answer_mode="evidence", world_overrides=SMALL, questions_per_session=3),
+                           users=[0], max_sessions_per_user=2)
+    key = scorer.session_keys()[1]
+    expert = scorer.expert_action(key)
+    knows, knows_nothing = scorer.score(key, [expert, blind(expert)])
+    assert knows.task_reward > knows_nothing.task_reward  # rewarded: the memory's answers count
+    assert knows.valid == knows_nothing.valid
+    knows, knows_nothing = scorer.score(key, [expert, blind(expert)], task_rewarded=False)
+    assert knows_nothing.reward <= knows.reward and knows_nothing.agent_rewards == knows.agent_rewards
+    for r in (knows, knows_nothing):
+        assert not r.task_rewarded and r.info["questions"] == []  # no question was asked
+        assert r.dominant is None and set(r.weights.values()) == {1.0}
+
+
+def test_lambda_zero_means_no_length_penalty_in_the_env():
+    env = MemoryGymEnv(answer_mode="evidence", world_overrides=SMALL, questions_per_session=3, lam=0)
+    env.reset(seed=0, options={"episode": 0})
+    long_core = '{"operation": "APPEND", "content": "' + "the user keeps a long diary entry. " * 80 + '"}'
+    (r,) = env.score_candidates([env.expert_action() | {"core": long_core}])
+    assert r.length_penalty["core"] == 1.0 and r.agent_rewards["core"] == pytest.approx(r.task_reward)
+    with pytest.raises(ValueError, match="lam"):
+        ConstructionConfig(lam=None)
 
 
 def test_reward_density_drops_task_reward_on_most_sessions():
@@ -142,18 +194,19 @@ def test_bad_config_is_a_clear_error():
 
 
 def test_choice_mode_with_smollm2_scores_oracle_above_empty():
-    env = MemoryGymEnv(answer_mode="choice", world_overrides={"num_users": 1, "num_periods": 1}, questions_per_session=2)
+    # The first session: both write into an empty memory, so only what each wrote can answer.
+    env = MemoryGymEnv(answer_mode="choice", world_overrides={"num_users": 1, "num_periods": 1}, questions_per_session=5)
     env.reset(seed=0, options={"episode": 0})
     oracle, empty = env.score_candidates([env.expert_action(), EMPTY])
     assert oracle.task_rewarded and 0.0 <= oracle.task_reward <= 1.0
-    assert empty.reward == 0.0  # invalid Core and nothing to answer from
+    assert empty.valid["core"] is False and empty.agent_rewards["core"] == 0.0  # an empty Core output is invalid
+    assert oracle.reward > empty.reward
     print(f"SmolLM2 choice-mode task reward, oracle memory: {oracle.task_reward:.2f}")
 
 
 def test_trainer_scorer_replays_expert_snapshots_in_any_order(env):
-    from memgym_env.construction import make_scorer
-
-    scorer = make_scorer({"num_users": 1, "answer_mode": "evidence", "max_sessions_per_user": 3})
+    scorer = SessionScorer(ConstructionConfig(answer_mode="evidence", world_overrides={"num_users": 1}),
+                           max_sessions_per_user=3)
     keys = scorer.session_keys()
     assert len(keys) == 3
     # The trainer's observation of a session is the environment's, so training prompts match.

@@ -12,6 +12,7 @@ from datasets import Dataset  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from membuilder.ops import AGENTS, SEARCHABLE_AGENTS  # noqa: E402
+from membuilder.reward import CandidateReward  # noqa: E402
 from membuilder.training.adrpo import (  # noqa: E402
     ADRPOConfig,
     ADRPOTrainer,
@@ -22,7 +23,6 @@ from membuilder.training.adrpo import (  # noqa: E402
 )
 from membuilder.training.format_scorer import FormatScorer  # noqa: E402
 from membuilder.training.prompts import fit_prompt, rl_rows, token_counter  # noqa: E402
-from membuilder.training.rewards import CandidateReward  # noqa: E402
 from membuilder.training.tiny import byte_tokenizer, tiny_llama  # noqa: E402
 
 SESSIONS = {"s1": "user: I moved to Lyon last week.", "s2": "user: I adopted a cat named Luna.",
@@ -38,15 +38,17 @@ class LengthScorer(FormatScorer):
     reward is the share of ASCII letters in each output, and the dominant memory type is the
     searchable agent that wrote the most characters (it gets alpha)."""
 
-    def score(self, session_key, candidates, alpha=4.0):
+    alpha = 4.0
+
+    def score(self, session_key, candidates, *, task_rewarded=True):
         out = []
         for cand in candidates:
             fill = {a: letter_share(cand[a]) for a in AGENTS}
             dominant = max(SEARCHABLE_AGENTS, key=lambda a: (len(cand[a]), a))
-            weights = {a: (alpha if a == dominant else 1.0) for a in AGENTS}
+            weights = {a: (self.alpha if a == dominant else 1.0) for a in AGENTS}
             out.append(CandidateReward(agent_rewards=fill, weights=weights, task_reward=1.0,
                                        valid=dict.fromkeys(AGENTS, True), length_penalty=dict.fromkeys(AGENTS, 0.0),
-                                       info={"dominant": dominant}))
+                                       dominant=dominant))
         return out
 
 
@@ -59,21 +61,23 @@ def _args(tmp_path, **kw):
     base = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False, gradient_checkpointing=False, report_to="none",
                 per_device_train_batch_size=8, num_generations=2, max_completion_length=12, max_steps=2,
                 logging_steps=1, learning_rate=5e-3, save_strategy="no", seed=0, temperature=1.0,
-                reward_lambda=None, max_prompt_tokens=400)
+                max_prompt_tokens=400)
     base.update(kw)
     return ADRPOConfig(**base)
 
 
-def _trainer(tokenizer, tmp_path, scorer=None, **kw):
-    scorer = scorer or LengthScorer.from_texts(SESSIONS)
+def _trainer(tokenizer, tmp_path, scorer=None, alpha=4.0, eval_dataset=None, **kw):
+    if scorer is None:
+        scorer = LengthScorer.from_texts(SESSIONS)
+        scorer.alpha = alpha
     args = _args(tmp_path, **kw)
     rows = rl_rows(scorer.session_keys(), scorer.observation, token_counter(tokenizer), args.max_prompt_tokens)
     model = tiny_llama(tokenizer)
     if args.beta:  # TRL builds the KL reference from the policy's path
         model.save_pretrained(tmp_path / "tiny")
         model = type(model).from_pretrained(tmp_path / "tiny")
-    trainer = ADRPOTrainer(model=model, args=args, scorer=scorer,
-                           train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
+    trainer = ADRPOTrainer(model=model, args=args, scorer=scorer, train_dataset=Dataset.from_list(rows),
+                           eval_dataset=eval_dataset, processing_class=tokenizer)
     trainer.current_gradient_accumulation_steps = 1  # set by train(); needed to call _compute_loss directly
     return trainer
 
@@ -115,11 +119,11 @@ def test_rollout_k_pairs_the_kth_completion_of_each_agent():
     seen = []
 
     class Recording(LengthScorer):
-        def score(self, session_key, candidates, alpha=4.0):
+        def score(self, session_key, candidates, *, task_rewarded=True):
             seen.append((session_key, candidates))
-            return super().score(session_key, candidates, alpha)
+            return super().score(session_key, candidates, task_rewarded=task_rewarded)
 
-    reward = SessionReward(Recording.from_texts(SESSIONS), alpha=4.0, reward_lambda=None)
+    reward = SessionReward(Recording.from_texts(SESSIONS))
     keys, agents, completions = [], [], []
     for agent in AGENTS:
         for k in range(2):
@@ -136,17 +140,59 @@ def test_rollout_k_pairs_the_kth_completion_of_each_agent():
     assert reward.last_stats["adrpo/dominant_procedural"] == 1.0
 
 
-def test_reward_density_keeps_only_validity_and_length_for_unrewarded_sessions():
-    reward = SessionReward(LengthScorer.from_texts(SESSIONS), reward_density=4, reward_lambda=0.8, seed=1)
+def test_reward_density_coin_is_seeded_and_passed_to_the_scorer():
+    asked = []
+
+    class Recording(LengthScorer):
+        def score(self, session_key, candidates, *, task_rewarded=True):
+            asked.append(task_rewarded)
+            return super().score(session_key, candidates, task_rewarded=task_rewarded)
+
+    reward = SessionReward(Recording.from_texts(SESSIONS), reward_density=4, seed=1)
     share = sum(reward.task_rewarded(f"s{i}", step) for i in range(50) for step in range(20)) / 1000
     assert 0.2 < share < 0.3
-    c = CandidateReward(agent_rewards={}, weights={}, task_reward=0.25, valid={"core": True, "episodic": False},
-                        length_penalty={"core": 0.5, "episodic": 0.0})
-    assert reward.agent_reward(c, "core", rewarded=True) == pytest.approx(0.25 * (1 - 0.4))
-    assert reward.agent_reward(c, "core", rewarded=False) == pytest.approx(1 - 0.4)
-    assert reward.agent_reward(c, "episodic", rewarded=False) == 0.0
-    dense = SessionReward(LengthScorer.from_texts(SESSIONS), reward_density=1)
-    assert all(dense.task_rewarded("s1", step) for step in range(10))
+    keys, agents = ["s1"] * 8, [a for a in AGENTS for _ in range(2)]
+    for step in range(12):
+        state = type("State", (), {"global_step": step})()
+        reward(prompts=[None] * 8, completions=["x"] * 8, session_key=keys, agent=agents, trainer_state=state)
+    assert asked == [reward.task_rewarded("s1", step) for step in range(12)] and False in asked
+    dense = SessionReward(LengthScorer.from_texts(SESSIONS))
+    assert dense.reward_density == 1 and all(dense.task_rewarded("s1", step) for step in range(10))
+
+
+def test_unrewarded_session_in_the_trainer_uses_the_env_reward_as_it_is():
+    """Published: an unrewarded session keeps validity and length with r_task = 1 and no dominant
+    type. A rollout whose memory would answer nothing does not score above one that answers."""
+    import codecs
+    import json
+
+    from memgym_env.construction_config import ConstructionConfig
+    from memgym_env.session_scorer import SessionScorer
+
+    scorer = SessionScorer(ConstructionConfig(answer_mode="evidence", world_overrides={"num_users": 1},
+                                              reward_density=1000), users=[0], max_sessions_per_user=2)
+    key = scorer.session_keys()[1]
+    expert = scorer.expert_action(key)
+
+    def rot13(v):
+        if isinstance(v, str):
+            return codecs.encode(v, "rot13")
+        if isinstance(v, list):
+            return [rot13(x) for x in v]
+        return {k: x if k in ("operation", "action") else rot13(x) for k, x in v.items()}
+
+    blind = {a: json.dumps(rot13(json.loads(t))) for a, t in expert.items()}
+    reward = SessionReward(scorer, seed=0)
+    assert reward.reward_density == 1000 and not reward.task_rewarded(key, 0)
+    agents = [a for a in AGENTS for _ in range(2)]
+    completions = [(expert if k == 0 else blind)[a] for a in AGENTS for k in range(2)]
+    rewards = reward(prompts=[None] * 8, completions=completions, session_key=[key] * 8, agent=agents)
+    knows, knows_nothing = rewards[0::2], rewards[1::2]
+    assert knows_nothing == knows and all(r > 0 for r in knows)
+    assert reward.last_weights == [1.0] * 8 and reward.last_stats["adrpo/dominant_none"] == 1.0
+    assert reward.last_stats["reward/task_rewarded"] == 0.0 and "reward/task" not in reward.last_stats
+    env_rewards = scorer.score(key, [expert], task_rewarded=False)[0].agent_rewards
+    assert knows == [env_rewards[a] for a in AGENTS]  # the trainer adds nothing of its own
 
 
 def test_prompt_truncation_drops_memory_entries_not_instructions(tokenizer):
@@ -215,7 +261,8 @@ def test_two_adrpo_steps_change_the_weights_and_log_stable_metrics(tokenizer, tm
     changed = [n for n, p in trainer.model.named_parameters() if not torch.equal(before[n], p)]
     assert changed
     logs = trainer.state.log_history[0]
-    for name in ["reward/task", "adrpo/weight_mean", "time/generate", "time/score", "time/tokens_per_s",
+    for name in ["reward/task", "adrpo/weight_mean", "adrpo/dominant_none", "time/generate", "time/score",
+                 "time/tokens_per_s",
                  *(f"reward/valid_{a}" for a in AGENTS), *(f"reward/length_penalty_{a}" for a in AGENTS),
                  *(f"adrpo/dominant_{m}" for m in SEARCHABLE_AGENTS)]:
         assert name in logs, name
@@ -239,11 +286,25 @@ def test_batch_that_would_split_a_session_is_refused(tokenizer, tmp_path):
 
 def test_one_adrpo_step_with_the_memorygym_scorer(tokenizer, tmp_path):
     """End to end: world sessions, expert snapshots and the env's reward drive one ADRPO step."""
-    from memgym_env.construction import make_scorer
+    from memgym_env.construction_config import ConstructionConfig
+    from memgym_env.session_scorer import SessionScorer
 
-    scorer = make_scorer({"num_users": 1, "answer_mode": "evidence", "max_sessions_per_user": 2})
+    scorer = SessionScorer(ConstructionConfig(answer_mode="evidence", world_overrides={"num_users": 1}),
+                           max_sessions_per_user=2)
     trainer = _trainer(tokenizer, tmp_path, scorer=scorer, max_steps=1, max_prompt_tokens=6000)
     trainer.train()
     logs = trainer.state.log_history[0]
     # A random tiny model writes no valid JSON: the validity gate zeroes every agent.
     assert logs["reward/valid_core"] == 0.0 and "adrpo/weight_mean" in logs
+
+
+def test_an_adrpo_run_with_an_eval_dataset_evaluates(tokenizer, tmp_path):
+    scorer = LengthScorer.from_texts(SESSIONS)
+    rows = Dataset.from_list(rl_rows(["s3"], scorer.observation, token_counter(tokenizer), 400))
+    trainer = _trainer(tokenizer, tmp_path, scorer=scorer, max_steps=1, eval_strategy="steps", eval_steps=1,
+                       per_device_eval_batch_size=8, eval_dataset=rows)
+    trainer.train()
+    metrics = [log for log in trainer.state.log_history if "eval_loss" in log or "eval_reward" in log]
+    assert metrics, trainer.state.log_history
+    metrics = metrics[0]
+    assert metrics["eval_reward"] > 0 and "eval_adrpo/weight_mean" in metrics

@@ -1,51 +1,103 @@
-"""Every training config parses into the entry point's dataclasses; vLLM configs fail clearly without vLLM."""
+"""Every shipped training config starts: it builds its world, its scorer and its first generation
+batch (SFT: its first training batch), with the policy, answerer and judge replaced by a tiny
+local model, vLLM off and one session per user. vLLM configs fail clearly without vLLM."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
+import yaml
 
 pytest.importorskip("trl")
 
-from trl import ModelConfig, SFTConfig, TrlParser  # noqa: E402
+from trl import TrlParser  # noqa: E402
 
-from membuilder.training.adrpo import ADRPOConfig  # noqa: E402
-from train.adrpo import ADRPOScriptArgs  # noqa: E402
+from membuilder.ops import AGENTS  # noqa: E402
+from train import adrpo, ladder, sft  # noqa: E402
 from train.common import parse_users, require_vllm  # noqa: E402
-from train.ladder import LadderArgs  # noqa: E402
-from train.sft import SFTScriptArgs  # noqa: E402
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "train"
-
-
-def _parse(name: str):
-    if name.startswith("ladder"):
-        return TrlParser((LadderArgs,)).parse_args_and_config(["--config", str(CONFIGS / name)])
-    kind = (ADRPOScriptArgs, ADRPOConfig, ModelConfig) if name.startswith("adrpo") else (SFTScriptArgs, SFTConfig, ModelConfig)
-    # GPU configs ask for bf16, which TrainingArguments refuses on a CPU-only torch: override just that here
-    cpu = [] if "cpu" in name else ["--bf16", "false", "--use_cpu", "true", "--gradient_checkpointing", "false"]
-    return TrlParser(kind).parse_args_and_config(["--config", str(CONFIGS / name), *cpu])
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "configs" / "train"
+CPU = ["--use_vllm", "false", "--bf16", "false", "--use_cpu", "true", "--gradient_checkpointing", "false",
+       "--dtype", "float32", "--report_to", "none", "--max_sessions_per_user", "1"]
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.glob("*.yaml")))
-def test_config_parses(name):
-    if name.startswith("ladder"):
-        (ladder,) = _parse(name)
-        assert len(ladder.seeds) >= 2
-        assert not set(parse_users(ladder.train_users)) & set(parse_users(ladder.held_out_users))
-        for stage in (ladder.sft_config, ladder.adrpo_config):
-            assert (CONFIGS.parents[1] / stage).exists()
-        return
-    script, args, model = _parse(name)
-    assert model.model_name_or_path
-    if name.startswith("adrpo"):
-        assert args.per_device_train_batch_size * args.steps_per_generation % (4 * args.num_generations) == 0
-        if "qwen3" in name:
-            assert (args.learning_rate, args.epsilon, args.beta, args.num_generations, args.temperature,
-                    args.top_p, args.alpha) == (1e-6, 0.2, 0.02, 8, 0.8, 0.9, 4.0)
-            assert args.use_vllm and args.vllm_mode == ("server" if "server" in name else "colocate")
+def _yaml(name: str) -> dict:
+    return yaml.safe_load((CONFIGS / name).read_text(encoding="utf-8"))
+
+
+def _env(name: str, tiny: str) -> list[str]:
+    """The config's own env settings, with every model role played by the tiny model."""
+    env = dict(_yaml(name).get("env_overrides") or {})
+    env.update(answerer=tiny, judge=None)
+    return ["--env_overrides", json.dumps(env)]
+
+
+def first_generation_batch(trainer):
+    trainer.model.train()
+    return trainer._generate_and_score_completions(next(iter(trainer.get_train_dataloader())))
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.glob("adrpo*.yaml") if "vllm" not in p.name))
+def test_adrpo_config_builds_its_world_scorer_and_first_generation_batch(name, tiny_chat_path, tmp_path):
+    config = _yaml(name)
+    trainer, script, _ = adrpo.build(["--config", str(CONFIGS / name), "--model_name_or_path", tiny_chat_path,
+                                      "--output_dir", str(tmp_path), "--max_completion_length", "8", *CPU,
+                                      *_env(name, tiny_chat_path)])
+    args = trainer.args
+    env = script.construction_config()
+    assert env.answer_mode == config["env_overrides"]["answer_mode"]
+    users = parse_users(script.users)
+    assert len(trainer.train_dataset) == len(AGENTS) * len(users)  # one session of every chosen user
+    assert args.steps_per_generation == args.gradient_accumulation_steps  # one optimizer update per rollout batch
+    out = first_generation_batch(trainer)
+    assert len(out["adrpo_weights"]) == len(out["advantages"]) == args.generation_batch_size
+    if "qwen3" in name:
+        assert (args.learning_rate, args.epsilon, args.beta, args.num_generations, args.temperature,
+                args.top_p, env.alpha, env.lam) == (1e-6, 0.2, 0.02, 8, 0.8, 0.9, 4.0, 0.8)
+        assert config["use_vllm"] and config["vllm_mode"] == ("server" if "server" in name else "colocate")
+        assert config["env_overrides"]["chat_template_kwargs"] == {"enable_thinking": False}
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.glob("sft*.yaml")))
+def test_sft_config_builds_its_world_and_first_batch(name, tiny_chat_path, tmp_path):
+    trainer, script, _ = sft.build(["--config", str(CONFIGS / name), "--model_name_or_path", tiny_chat_path,
+                                    "--output_dir", str(tmp_path), "--dataset_jsonl", str(tmp_path / "rows.jsonl"),
+                                    *CPU[2:]])
+    assert len(trainer.train_dataset) == len(AGENTS) * len(parse_users(script.users))
+    batch = next(iter(trainer.get_train_dataloader()))
+    assert (batch["labels"] != -100).any() and (batch["labels"] == -100).any()  # loss on the assistant turn only
+
+
+def test_sft_and_rl_of_one_recipe_read_one_world():
+    for a, b in (("sft_smollm2_cpu.yaml", "adrpo_smollm2_cpu.yaml"), ("sft_qwen3_4b.yaml", "adrpo_qwen3_4b_colocate.yaml")):
+        world = ("env_config", "world_config", "world_overrides", "world_path")
+        sa, sb = _yaml(a), _yaml(b)
+        assert sa["env_config"] == sb["env_config"]
+        assert {k: sa["env_overrides"].get(k) for k in world} == {k: sb["env_overrides"].get(k) for k in world}
+        assert not set(parse_users(sa["users"])) & set(parse_users(sb["users"])) or "smollm2" in a
+
+
+def test_ladder_defaults_equal_its_yaml_and_its_stages_build(tiny_chat_path, tmp_path):
+    name = "ladder_smollm2_cpu.yaml"
+    (parsed,) = TrlParser((ladder.LadderArgs,)).parse_args_and_config(["--config", str(CONFIGS / name)])
+    defaults = ladder.LadderArgs()
+    assert {f.name: getattr(defaults, f.name) for f in fields(defaults)} == {
+        f.name: getattr(parsed, f.name) for f in fields(parsed)}
+    assert not set(parse_users(parsed.train_users)) & set(parse_users(parsed.held_out_users))
+    parsed.choice_answerer = tiny_chat_path
+    parsed.eval_sessions_per_user = 1
+    evaluate = ladder.Evaluator(parsed)
+    assert len(evaluate.keys) == len(parse_users(parsed.held_out_users))
+    stage = ["--model_name_or_path", tiny_chat_path, "--output_dir", str(tmp_path), *CPU]
+    trainer, *_ = adrpo.build(["--config", parsed.adrpo_config, *ladder._stage_env(parsed, parsed.adrpo_config, alpha=1.0),
+                               "--max_completion_length", "8", *stage])
+    assert trainer.session_reward.scorer.config.alpha == 1.0  # the GRPO stage
+    first_generation_batch(trainer)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")

@@ -23,7 +23,9 @@ def tiny_path(tmp_path_factory):
 
 def _argv(tiny_path, tmp_path):
     return ["--config", "configs/train/ladder_smollm2_cpu.yaml", "--model_name_or_path", tiny_path,
-            "--choice_answerer", tiny_path, "--num_users", "4", "--train_users", "0-1", "--held_out_users", "3",
+            "--choice_answerer", tiny_path,
+            "--env_overrides", '{"world_config": "configs/env/base.yaml", "world_overrides": {"num_users": 4}}',
+            "--train_users", "0-1", "--held_out_users", "3",
             "--train_sessions_per_user", "1", "--eval_sessions_per_user", "2", "--seeds", "0", "1",
             "--sft_epochs", "1", "--rl_steps", "1", "--rl_generations", "2", "--eval_max_new_tokens", "16",
             "--work_dir", str(tmp_path / "work"), "--results_dir", str(tmp_path / "results")]
@@ -53,7 +55,7 @@ def test_ladder_writes_every_stage_for_every_seed_and_resumes(tiny_path, tmp_pat
     assert "| adrpo |" in (tmp_path / "results" / "ladder.md").read_text()
     # SFT never saw the held-out user's sessions
     sft_rows = [json.loads(x) for x in (tmp_path / "work" / "seed0" / "sft" / "sft_rows.jsonl").read_text().splitlines()]
-    assert sft_rows and {r["session_key"].split("/")[0] for r in sft_rows} == {"u000", "u001"}
+    assert sft_rows and {r["session_key"].split("/")[0] for r in sft_rows} == {world[0].id, world[1].id}
 
     # a rerun resumes: no stage is trained or evaluated again
     done = [tmp_path / "work" / "seed1" / "adrpo" / "policy" / "merged", *(tmp_path / "work" / "eval").glob("*.json")]

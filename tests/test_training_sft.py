@@ -21,14 +21,21 @@ from membuilder.training.trajectories import (  # noqa: E402
     to_dataset,
     write_jsonl,
 )
-from train.common import oracle_outputs, user_sessions, world_expert_records  # noqa: E402
+from memgym_env.construction_config import ConstructionConfig  # noqa: E402
+from memgym_env.episodes import load_episodes  # noqa: E402
+from train.common import expert_records  # noqa: E402
+
+CONFIG = ConstructionConfig(world_config="configs/env/base.yaml", world_overrides={"num_users": 2, "num_periods": 2})
 
 
 @pytest.fixture(scope="module")
-def world():
-    from memgym_env.world import generate_world, load_config
+def episodes():
+    return load_episodes(CONFIG)
 
-    return generate_world(load_config("configs/env/base.yaml", overrides={"num_users": 2, "num_periods": 2}))
+
+def oracle_outputs(episode) -> dict[str, dict[str, str]]:
+    conv = episode.conversation
+    return {f"{conv.id}/{s.id}": out for s, out in zip(conv.sessions, episode.expert_outputs, strict=True)}
 
 
 @pytest.fixture(scope="module")
@@ -38,10 +45,10 @@ def embedder():
     return load_embedder("minilm")
 
 
-def test_oracle_dataset_renders_the_policy_prompts_on_the_expert_snapshot(world, embedder):
+def test_oracle_dataset_renders_the_policy_prompts_on_the_expert_snapshot(episodes):
     from membuilder.agents.constructor import render_prompt
 
-    records = world_expert_records(world, [0], embedder, limit=6)
+    records = expert_records(CONFIG, [0], limit=6)
     assert len(records) == 6
     first, later = records[0]["observation"], records[-1]["observation"]
     assert first["core"] == "" and len(first["semantic"]) == 0  # empty memory before the first session
@@ -53,21 +60,22 @@ def test_oracle_dataset_renders_the_policy_prompts_on_the_expert_snapshot(world,
     assert last["messages"][-1]["role"] == "assistant"
     for r in rows:
         assert parse(r["agent"], r["messages"][-1]["content"]).valid
-    expected = oracle_outputs(world[0], "u000")[records[2]["key"]]
+    expected = oracle_outputs(episodes[0])[records[2]["key"]]
     assert rows[2 * 4 + 2]["messages"][-1]["content"] == expected["semantic"]
     ds = to_dataset(rows)
     assert ds.column_names == ["messages", "session_key", "agent", "source"] and len(ds) == 24
 
 
-def test_llm_expert_trajectory_resumes_from_its_jsonl(world, embedder, tmp_path):
+def test_llm_expert_trajectory_resumes_from_its_jsonl(episodes, embedder, tmp_path):
     from membuilder.memory.bank import MemoryBank
 
-    sessions = user_sessions(world[1], "u001", limit=4)
+    conv = episodes[1].conversation
+    sessions = [SessionText(f"{conv.id}/{s.id}", s.time, s.render()) for s in conv.sessions[:4]]
     calls = []
 
     def expert(session: SessionText, obs):  # a writer that records which sessions it was asked about
         calls.append(session.key)
-        return oracle_outputs(world[1], "u001")[session.key]
+        return oracle_outputs(episodes[1])[session.key]
 
     path = tmp_path / "traj.jsonl"
     build_trajectory(sessions[:2], expert, MemoryBank(embedder), jsonl=path)
@@ -108,8 +116,8 @@ def _sft(tmp_path, rows, peft=None, **kw):
 
 
 @pytest.fixture(scope="module")
-def small_rows(world, embedder):
-    return sft_rows(world_expert_records(world, [0], embedder, limit=2))
+def small_rows():
+    return sft_rows(expert_records(CONFIG, [0], limit=2))
 
 
 def test_two_sft_steps_change_the_weights_and_resume(small_rows, tmp_path):

@@ -21,60 +21,53 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from train.common import (  # noqa: E402
-    WorldArgs,
+    EnvArgs,
+    chosen_episodes,
+    expert_records,
     load_policy,
-    load_world,
     parse_users,
     peft_from,
     require_vllm,
-    world_expert_records,
 )
 
 
 @dataclass
-class ADRPOScriptArgs(WorldArgs):
+class ADRPOScriptArgs(EnvArgs):
     scorer: str = field(default="env", metadata={"help": "'env' (MemoryGym-v0 session reward) or 'format'."})
-    snapshot: str = field(default="expert", metadata={"help": "Memory before each session: 'expert' or 'policy'."})
-    answer_mode: str = field(default="evidence", metadata={"help": "How the env answers session QA: 'evidence' or "
-                                                                   "'choice'."})
-    answer_model: str | None = field(default=None, metadata={"help": "Chat model spec answering the session QA "
-                                                                     "(default: the env's)."})
-    judge_model: str | None = field(default=None, metadata={"help": "Chat model spec judging answers (default: the "
-                                                                    "env's)."})
-    embedder: str = field(default="minilm", metadata={"help": "Embedder of the memory banks."})
-    view_k: int = field(default=20, metadata={"help": "Own-type entries each agent sees."})
+    eval_users: str | None = field(default=None, metadata={
+        "help": "Users whose sessions are evaluated every eval_steps (same reward, no training), e.g. '18-19'."})
     save_policy_to: str | None = field(default=None, metadata={"help": "Write adapter/ and merged/ here at the end."})
 
 
-def make_scorer(script: ADRPOScriptArgs, reward_lambda: float | None):
+def make_scorer(script: ADRPOScriptArgs, users: list[int]):
+    """The reward of this run: the env config's scorer over the chosen users' sessions."""
+    config = script.construction_config()
     if script.scorer == "format":
-        from membuilder.llm.embedders import load_embedder
         from membuilder.training.format_scorer import FormatScorer
 
-        records = world_expert_records(load_world(script), parse_users(script.users), load_embedder(script.embedder),
-                                       script.view_k, script.max_sessions_per_user)
-        return FormatScorer({r["key"]: r["observation"] for r in records}, reward_lambda=reward_lambda or 0.0)
+        records = expert_records(config, users, script.max_sessions_per_user)
+        return FormatScorer({r["key"]: r["observation"] for r in records}, lam=config.lam,
+                            experts={r["key"]: r["outputs"] for r in records})
     if script.scorer != "env":
         raise SystemExit(f"scorer must be 'env' or 'format', not {script.scorer!r}")
-    try:
-        from memgym_env.construction import make_scorer as env_scorer
-    except ImportError as exc:
-        raise SystemExit(f"scorer 'env' needs memgym_env.construction.make_scorer ({exc}); use scorer: format") from exc
-    options = dict(world_config=script.world_config, world_path=script.world_path, world_seed=script.world_seed,
-                   num_users=script.num_users, users=parse_users(script.users),
-                   max_sessions_per_user=script.max_sessions_per_user, snapshot=script.snapshot,
-                   answer_mode=script.answer_mode, answer_model=script.answer_model, judge_model=script.judge_model,
-                   embedder=script.embedder, view_k=script.view_k, reward_lambda=reward_lambda)
-    return env_scorer({k: v for k, v in options.items() if v is not None})
+    from memgym_env.session_scorer import SessionScorer
+
+    return SessionScorer(config, users, script.max_sessions_per_user)
 
 
-def main(argv=None):
+def user_keys(script: ADRPOScriptArgs, scorer, users: list[int]) -> list[str]:
+    """The scorer's session keys that belong to ``users`` (keys are ``<conversation>/<session>``)."""
+    ids = {ep.conversation.id for ep in chosen_episodes(script.construction_config(), users)}
+    return [k for k in scorer.session_keys() if k.split("/")[0] in ids]
+
+
+def build(argv=None):
+    """Parse the config, build the world, the scorer and the trainer; train nothing yet."""
     from datasets import Dataset
     from transformers import set_seed
     from trl import ModelConfig, TrlParser
 
     from membuilder.training.adrpo import ADRPOConfig, ADRPOTrainer
-    from membuilder.training.checkpoints import save_policy
     from membuilder.training.prompts import rl_rows, token_counter
 
     script, args, model_args = TrlParser((ADRPOScriptArgs, ADRPOConfig, ModelConfig)).parse_args_and_config(argv)
@@ -82,12 +75,31 @@ def main(argv=None):
     set_seed(args.seed)
     model, tokenizer, path = load_policy(model_args.model_name_or_path, model_args.dtype)
     model.name_or_path = path  # vLLM colocate builds its engine from this path
-    scorer = make_scorer(script, args.reward_lambda)
-    rows = rl_rows(scorer.session_keys(), scorer.observation, token_counter(tokenizer), args.max_prompt_tokens)
-    print(f"ADRPO rows: {len(rows)} ({len(rows) // 4} sessions x 4 agents), alpha={args.alpha}, G={args.num_generations}")
-    trainer = ADRPOTrainer(model=model, args=args, scorer=scorer, train_dataset=Dataset.from_list(rows),
+    train_users = parse_users(script.users)
+    eval_users = parse_users(script.eval_users) if script.eval_users else []
+    if set(train_users) & set(eval_users):
+        raise SystemExit(f"eval_users {script.eval_users!r} overlap the training users {script.users!r}")
+    scorer = make_scorer(script, train_users + eval_users)  # one scorer, one set of models, for both
+    count = token_counter(tokenizer)
+
+    def rows_of(users):
+        return Dataset.from_list(rl_rows(user_keys(script, scorer, users), scorer.observation, count,
+                                         args.max_prompt_tokens))
+
+    train_rows = rows_of(train_users)
+    eval_rows = rows_of(eval_users) if eval_users else None
+    print(f"ADRPO rows: {len(train_rows)} ({len(train_rows) // 4} sessions x 4 agents), "
+          f"alpha={script.construction_config().alpha}, G={args.num_generations}")
+    trainer = ADRPOTrainer(model=model, args=args, scorer=scorer, train_dataset=train_rows, eval_dataset=eval_rows,
                            processing_class=tokenizer, peft_config=peft_from(model_args))
-    trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
+    return trainer, script, tokenizer
+
+
+def main(argv=None):
+    from membuilder.training.checkpoints import save_policy
+
+    trainer, script, tokenizer = build(argv)
+    trainer.train(resume_from_checkpoint=trainer.args.resume_from_checkpoint)
     if script.save_policy_to and trainer.accelerator.is_main_process:
         print(save_policy(trainer.model, tokenizer, script.save_policy_to))
     return trainer

@@ -10,19 +10,40 @@ import importlib.util
 from dataclasses import dataclass, field
 from typing import Any
 
-from membuilder.training.trajectories import SessionText
+import yaml
+
+from membuilder.agents.constructor import build_observation
+from membuilder.training.trajectories import write_jsonl
+from memgym_env.construction_config import ConstructionConfig
+from memgym_env.episodes import Episode, expert_snapshots, load_episodes
 
 
 @dataclass
-class WorldArgs:
-    """Which world and which of its users a stage reads (users are numbered from 0)."""
+class EnvArgs:
+    """Which MemoryGym-v0 world and which of its users a stage reads (users are numbered from 0).
 
-    world_config: str = field(default="configs/env/base.yaml", metadata={"help": "World generator config (YAML)."})
-    world_path: str | None = field(default=None, metadata={"help": "A data.json world instead of generating one."})
-    world_seed: int | None = field(default=None, metadata={"help": "Override the world config's seed."})
-    num_users: int | None = field(default=None, metadata={"help": "Override how many users the world has."})
-    users: str = field(default="0-9", metadata={"help": "Users to read, e.g. '0-9' or '0,2,5'."})
+    ``env_config`` is an env config (``configs/env/construction.yaml`` or a sibling) and
+    ``env_overrides`` overrides it with ``ConstructionConfig``'s own field names, so a training
+    config never restates an env setting under another name. SFT, RL and evaluation that name
+    the same settings read the same world, built once per process.
+    """
+
+    env_config: str = field(default="configs/env/construction.yaml", metadata={
+        "help": "MemoryGym-v0 config (YAML of ConstructionConfig fields)."})
+    env_overrides: str = field(default="{}", metadata={
+        "help": "ConstructionConfig fields over env_config: a YAML mapping in a config file, JSON on the command "
+                "line (it replaces the file's mapping)."})
+    users: str = field(default="0-9", metadata={"help": "Users (episodes) to read, e.g. '0-9' or '0,2,5'."})
     max_sessions_per_user: int | None = field(default=None, metadata={"help": "Keep the first N sessions of each user."})
+
+    def __post_init__(self) -> None:
+        if isinstance(self.env_overrides, str):
+            self.env_overrides = yaml.safe_load(self.env_overrides) or {}
+        if not isinstance(self.env_overrides, dict):
+            raise ValueError(f"env_overrides must be a mapping of ConstructionConfig fields; got {self.env_overrides!r}")
+
+    def construction_config(self) -> ConstructionConfig:
+        return ConstructionConfig.from_yaml(self.env_config, **self.env_overrides)
 
 
 def parse_users(spec: str) -> list[int]:
@@ -37,47 +58,32 @@ def parse_users(spec: str) -> list[int]:
     return out
 
 
-def load_world(args: WorldArgs):
-    from memgym_env.world import generate_world, load_config, read_world
-
-    if args.world_path:
-        return read_world(args.world_path)
-    overrides: dict[str, Any] = {}
-    if args.world_seed is not None:
-        overrides["seed"] = args.world_seed
-    if args.num_users is not None:
-        overrides["num_users"] = args.num_users
-    return generate_world(load_config(args.world_config, overrides=overrides or None))
+def chosen_episodes(config: ConstructionConfig, users: list[int]) -> list[Episode]:
+    episodes = load_episodes(config)
+    for u in users:
+        if not 0 <= u < len(episodes):
+            raise ValueError(f"user {u} asked for, but the world has {len(episodes)} users "
+                             f"(world_overrides={config.world_overrides}, world_path={config.world_path})")
+    return [episodes[u] for u in users]
 
 
-def user_sessions(user, uid: str, limit: int | None = None) -> list[SessionText]:
-    from memgym_env.world import user_to_conversation
+def expert_records(config: ConstructionConfig, users: list[int], limit: int | None = None,
+                   jsonl: str | None = None) -> list[dict[str, Any]]:
+    """The expert's (the world oracle's) trajectory for each chosen user: per session the
+    observation on the expert's own memory and the four outputs, keyed as the env's scorer keys them."""
+    from membuilder.llm.embedders import load_embedder
+    from membuilder.memory import EmbeddingCache
 
-    conv = user_to_conversation(user)
-    sessions = [SessionText(f"{uid}/{s.id}", s.time, s.render()) for s in conv.sessions]
-    return sessions[:limit] if limit else sessions
-
-
-def oracle_outputs(user, uid: str) -> dict[str, dict[str, str]]:
-    from memgym_env.world import expert_steps
-
-    return {f"{uid}/{step.session_id}": step.outputs for step in expert_steps(user)}
-
-
-def world_expert_records(world, users: list[int], embedder, view_k: int = 20, limit: int | None = None,
-                         jsonl: str | None = None) -> list[dict[str, Any]]:
-    """The oracle's trajectory for each chosen user, each from an empty expert memory."""
-    from membuilder.memory.bank import MemoryBank
-    from membuilder.training.trajectories import build_trajectory, outputs_writer
-
+    cache = EmbeddingCache(load_embedder(config.embedder))
     records = []
-    for i in users:
-        if i >= len(world):
-            raise ValueError(f"user {i} asked for, but the world has {len(world)} users")
-        user, uid = world[i], f"u{i:03d}"
-        sessions = user_sessions(user, uid, limit)
-        records += build_trajectory(sessions, outputs_writer(oracle_outputs(user, uid)), MemoryBank(embedder),
-                                    view_k=view_k, jsonl=jsonl, source="oracle")
+    for ep in chosen_episodes(config, users):
+        for j, bank in enumerate(expert_snapshots(ep, cache, limit)[:-1]):
+            s = ep.conversation.sessions[j]
+            records.append({"key": f"{ep.conversation.id}/{s.id}", "time": s.time, "source": "oracle",
+                            "observation": build_observation(bank, s.render(), s.time, config.view_k),
+                            "outputs": dict(ep.expert_outputs[j])})
+    if jsonl:
+        write_jsonl(records, jsonl)
     return records
 
 

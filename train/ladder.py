@@ -28,6 +28,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import yaml  # noqa: E402
+
 from train.common import load_policy, parse_users  # noqa: E402
 
 STAGES = ("base", "sft", "grpo", "adrpo")
@@ -35,36 +37,45 @@ STAGES = ("base", "sft", "grpo", "adrpo")
 
 @dataclass
 class LadderArgs:
+    """Defaults equal ``configs/train/ladder_smollm2_cpu.yaml`` (a test holds them together)."""
+
     model_name_or_path: str = field(default="smollm2-135m", metadata={"help": "Base policy."})
     sft_config: str = field(default="configs/train/sft_smollm2_cpu.yaml", metadata={"help": "SFT config (YAML)."})
     adrpo_config: str = field(default="configs/train/adrpo_smollm2_cpu.yaml", metadata={"help": "ADRPO config (YAML)."})
-    world_config: str = field(default="configs/env/base.yaml", metadata={"help": "World generator config."})
-    world_seed: int | None = field(default=None, metadata={"help": "Override the world config's seed."})
-    num_users: int = field(default=10, metadata={"help": "Users in the generated world."})
-    train_users: str = field(default="0-5", metadata={"help": "Users whose sessions SFT and RL see."})
+    env_config: str = field(default="configs/env/construction.yaml", metadata={"help": "MemoryGym-v0 config (YAML)."})
+    env_overrides: str = field(default="{world_config: configs/env/base.yaml, world_overrides: {num_users: 10}}",
+                               metadata={"help": "ConstructionConfig fields over env_config, for every stage and the "
+                                                 "evaluation (YAML mapping; JSON on the command line)."})
+    train_users: str = field(default="0-3", metadata={"help": "Users whose sessions SFT and RL see."})
     held_out_users: str = field(default="8-9", metadata={"help": "Users only evaluated on."})
-    train_sessions_per_user: int = field(default=4, metadata={"help": "First N sessions of each training user."})
-    eval_sessions_per_user: int = field(default=4, metadata={"help": "First N sessions of each held-out user."})
+    train_sessions_per_user: int = field(default=3, metadata={"help": "First N sessions of each training user."})
+    eval_sessions_per_user: int = field(default=3, metadata={"help": "First N sessions of each held-out user."})
     seeds: list[int] = field(default_factory=lambda: [0, 1], metadata={"help": "Training seeds."})
     sft_epochs: float = field(default=3.0, metadata={"help": "SFT epochs over the oracle rows."})
     sft_learning_rate: float = field(default=5e-4, metadata={"help": "SFT learning rate (LoRA)."})
     sft_gradient_accumulation_steps: int = field(default=2, metadata={"help": "SFT steps per optimizer update."})
-    rl_steps: int = field(default=6, metadata={"help": "ADRPO/GRPO optimizer steps (one session each)."})
-    rl_generations: int = field(default=4, metadata={"help": "G, completions per agent prompt."})
-    rl_learning_rate: float = field(default=5e-5, metadata={"help": "ADRPO/GRPO learning rate (LoRA)."})
+    rl_steps: int = field(default=4, metadata={"help": "ADRPO/GRPO optimizer steps (one session each)."})
+    rl_generations: int = field(default=2, metadata={"help": "G, completions per agent prompt."})
+    rl_learning_rate: float = field(default=1e-4, metadata={"help": "ADRPO/GRPO learning rate (LoRA)."})
     adrpo_alpha: float = field(default=4.0, metadata={"help": "alpha of the ADRPO stage (GRPO is alpha 1)."})
-    eval_max_new_tokens: int = field(default=256, metadata={"help": "Longest evaluated output per agent."})
+    eval_max_new_tokens: int = field(default=200, metadata={"help": "Longest evaluated output per agent."})
     eval_batch_size: int = field(default=8, metadata={"help": "Prompts generated together."})
     max_prompt_tokens: int = field(default=1536, metadata={"help": "Prompt budget (memory view cut first)."})
     choice_answerer: str = field(default="smollm2-135m", metadata={"help": "Answers questions in choice mode."})
     work_dir: str = field(default="runs/ladder", metadata={"help": "Checkpoints and per-stage caches."})
     results_dir: str = field(default="results", metadata={"help": "Where ladder.json/.md/.png go."})
 
+    def __post_init__(self) -> None:
+        if isinstance(self.env_overrides, str):
+            self.env_overrides = yaml.safe_load(self.env_overrides) or {}
 
-def _world_flags(a: LadderArgs) -> list[str]:
-    flags = ["--world_config", a.world_config, "--num_users", str(a.num_users), "--users", a.train_users,
-             "--max_sessions_per_user", str(a.train_sessions_per_user)]
-    return flags + (["--world_seed", str(a.world_seed)] if a.world_seed is not None else [])
+
+def _stage_env(a: LadderArgs, stage_config: str, **extra) -> list[str]:
+    """The stage config's env settings with the ladder's on top, in the stages' own dialect."""
+    stage = yaml.safe_load(Path(stage_config).read_text(encoding="utf-8")) or {}
+    merged = {**(stage.get("env_overrides") or {}), **a.env_overrides, **extra}
+    return ["--env_config", a.env_config, "--env_overrides", json.dumps(merged), "--users", a.train_users,
+            "--max_sessions_per_user", str(a.train_sessions_per_user)]
 
 
 def _train_once(folder: Path, run) -> str:
@@ -83,7 +94,7 @@ def train_sft(a: LadderArgs, seed: int, folder: Path) -> str:
     from train import sft
 
     return _train_once(folder, lambda: sft.main([
-        "--config", a.sft_config, "--model_name_or_path", a.model_name_or_path, *_world_flags(a),
+        "--config", a.sft_config, "--model_name_or_path", a.model_name_or_path, *_stage_env(a, a.sft_config),
         "--seed", str(seed), "--output_dir", str(folder), "--save_policy_to", str(folder / "policy"),
         "--dataset_jsonl", str(folder / "sft_rows.jsonl"), "--num_train_epochs", str(a.sft_epochs),
         "--learning_rate", str(a.sft_learning_rate), "--save_strategy", "no",
@@ -95,8 +106,8 @@ def train_rl(a: LadderArgs, seed: int, start: str, alpha: float, folder: Path) -
 
     g = a.rl_generations
     return _train_once(folder, lambda: adrpo.main([
-        "--config", a.adrpo_config, "--model_name_or_path", start, *_world_flags(a),
-        "--alpha", str(alpha), "--seed", str(seed), "--output_dir", str(folder),
+        "--config", a.adrpo_config, "--model_name_or_path", start, *_stage_env(a, a.adrpo_config, alpha=alpha),
+        "--seed", str(seed), "--output_dir", str(folder),
         "--save_policy_to", str(folder / "policy"), "--max_steps", str(a.rl_steps),
         "--num_generations", str(g), "--per_device_train_batch_size", str(4 * g),
         "--learning_rate", str(a.rl_learning_rate), "--save_strategy", "no",
@@ -107,14 +118,17 @@ class Evaluator:
     """Held-out sessions scored by MemoryGym-v0 in evidence and choice modes (built once)."""
 
     def __init__(self, a: LadderArgs):
-        from memgym_env.construction import make_scorer
+        from memgym_env.construction_config import ConstructionConfig
+        from memgym_env.session_scorer import SessionScorer
 
-        base = dict(world_config=a.world_config, num_users=a.num_users, users=parse_users(a.held_out_users),
-                    max_sessions_per_user=a.eval_sessions_per_user, snapshot="expert")
-        if a.world_seed is not None:
-            base["world_seed"] = a.world_seed
-        self.scorers = {"evidence": make_scorer({**base, "answer_mode": "evidence"}),
-                        "choice": make_scorer({**base, "answer_mode": "choice", "answer_model": a.choice_answerer})}
+        users = parse_users(a.held_out_users)
+
+        def scorer(**mode):
+            config = ConstructionConfig.from_yaml(a.env_config, **{**a.env_overrides, **mode})
+            return SessionScorer(config, users, a.eval_sessions_per_user)
+
+        self.scorers = {"evidence": scorer(answer_mode="evidence"),
+                        "choice": scorer(answer_mode="choice", answerer=a.choice_answerer)}
         self.keys = self.scorers["evidence"].session_keys()
         self.users = sorted({k.split("/")[0] for k in self.keys})
         self.a = a

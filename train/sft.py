@@ -17,31 +17,27 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from train.common import WorldArgs, load_policy, load_world, parse_users, peft_from, world_expert_records  # noqa: E402
+from train.common import EnvArgs, chosen_episodes, expert_records, load_policy, parse_users, peft_from  # noqa: E402
 
 
 @dataclass
-class SFTScriptArgs(WorldArgs):
+class SFTScriptArgs(EnvArgs):
     expert: str = field(default="oracle", metadata={"help": "'oracle' or a chat model spec playing the expert."})
     conversations: list[str] = field(default_factory=list, metadata={
         "help": "Conversation JSON files for an LLM expert (instead of world users)."})
     trajectories_jsonl: str | None = field(default=None, metadata={"help": "Per-session expert records (resumable)."})
     dataset_jsonl: str | None = field(default=None, metadata={"help": "Also export the SFT rows as JSONL here."})
-    embedder: str = field(default="minilm", metadata={"help": "Embedder of the expert's memory bank."})
-    view_k: int = field(default=20, metadata={"help": "Own-type entries each agent sees."})
     save_policy_to: str | None = field(default=None, metadata={"help": "Write adapter/ and merged/ here at the end."})
 
 
-def expert_records(args: SFTScriptArgs):
-    from membuilder.llm.embedders import load_embedder
-
-    embedder = load_embedder(args.embedder)
+def sft_records(args: SFTScriptArgs):
+    config = args.construction_config()
     if args.expert == "oracle":
         if args.conversations:
             raise SystemExit("the oracle expert only knows world users; give an LLM expert for `conversations`")
-        return world_expert_records(load_world(args), parse_users(args.users), embedder, args.view_k,
-                                    args.max_sessions_per_user, args.trajectories_jsonl)
+        return expert_records(config, parse_users(args.users), args.max_sessions_per_user, args.trajectories_jsonl)
     from membuilder.llm import load_chat_model
+    from membuilder.llm.embedders import load_embedder
     from membuilder.memory.bank import MemoryBank
     from membuilder.training.trajectories import SessionText, build_trajectory, policy_writer
     from memgym_env.conversation import Conversation
@@ -49,40 +45,43 @@ def expert_records(args: SFTScriptArgs):
     if args.conversations:
         convs = [Conversation.load(p) for p in args.conversations]
     else:
-        from memgym_env.world import user_to_conversation
-
-        world = load_world(args)
-        convs = [user_to_conversation(world[i]) for i in parse_users(args.users)]
-        for i, c in zip(parse_users(args.users), convs, strict=True):
-            c.id = f"u{i:03d}"
+        convs = [ep.conversation for ep in chosen_episodes(config, parse_users(args.users))]
+    embedder = load_embedder(config.embedder)
     write = policy_writer(load_chat_model(args.expert))
     records = []
     for conv in convs:
         sessions = [SessionText(f"{conv.id}/{s.id}", s.time, s.render()) for s in conv.sessions]
         records += build_trajectory(sessions[:args.max_sessions_per_user] if args.max_sessions_per_user else sessions,
-                                    write, MemoryBank(embedder), view_k=args.view_k, jsonl=args.trajectories_jsonl,
+                                    write, MemoryBank(embedder), view_k=config.view_k, jsonl=args.trajectories_jsonl,
                                     source=args.expert)
     return records
 
 
-def main(argv=None):
+def build(argv=None):
+    """Parse the config, build the world, the expert's rows and the trainer; train nothing yet."""
     from transformers import set_seed
     from trl import ModelConfig, SFTConfig, TrlParser
 
-    from membuilder.training.checkpoints import save_policy
     from membuilder.training.sft import build_sft_trainer
     from membuilder.training.trajectories import sft_rows, to_dataset, write_jsonl
 
     script, sft_args, model_args = TrlParser((SFTScriptArgs, SFTConfig, ModelConfig)).parse_args_and_config(argv)
     set_seed(sft_args.seed)
-    rows = sft_rows(expert_records(script))
+    rows = sft_rows(sft_records(script))
     if script.dataset_jsonl:
         write_jsonl(rows, script.dataset_jsonl)
     dataset = to_dataset(rows)
     print(f"SFT rows: {len(dataset)} ({len(rows) // 4} sessions x 4 agents)")
     model, tokenizer, _ = load_policy(model_args.model_name_or_path, model_args.dtype)
     trainer = build_sft_trainer(model, tokenizer, dataset, sft_args, peft_config=peft_from(model_args))
-    trainer.train(resume_from_checkpoint=sft_args.resume_from_checkpoint)
+    return trainer, script, tokenizer
+
+
+def main(argv=None):
+    from membuilder.training.checkpoints import save_policy
+
+    trainer, script, tokenizer = build(argv)
+    trainer.train(resume_from_checkpoint=trainer.args.resume_from_checkpoint)
     if script.save_policy_to and trainer.accelerator.is_main_process:
         print(save_policy(trainer.model, tokenizer, script.save_policy_to))
     return trainer

@@ -141,7 +141,8 @@ class OpenAIChatModel:
 
     def __init__(self, model: str, base_url: str, *, api_key_env: str | None = None, name: str | None = None,
                  max_concurrency: int = 8, timeout_s: float = 120.0, max_retries: int = 3,
-                 backoff_s: float = 0.5, json_mode: str = "json_schema"):
+                 backoff_s: float = 0.5, json_mode: str = "json_schema",
+                 chat_template_kwargs: dict[str, Any] | None = None):
         if not model:
             raise ValueError("OpenAIChatModel needs a model name (what the server calls it)")
         if json_mode not in JSON_MODES:
@@ -150,6 +151,11 @@ class OpenAIChatModel:
         self.name = name or f"openai:{model}@{base_url}"
         self.http = OpenAIHTTP(base_url, api_key_env, timeout_s, max_retries, backoff_s, max_concurrency)
         self.json_mode = json_mode
+        # Sent with every chat request (vLLM and SGLang pass them to the chat template), e.g.
+        # {"enable_thinking": False} so a Qwen3 answerer answers instead of thinking to its token limit.
+        if chat_template_kwargs is not None and not isinstance(chat_template_kwargs, dict):
+            raise ValueError(f"chat_template_kwargs must be a mapping, got {chat_template_kwargs!r}")
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.ledger = UsageLedger()
         self._pool = ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="memgym-openai")
 
@@ -195,6 +201,8 @@ class OpenAIChatModel:
                                        "json_schema": {"name": "reply", "schema": sampling.json_schema}}
         elif sampling.json_schema is not None and json_mode == "json_object":
             body["response_format"] = {"type": "json_object"}
+        if self.chat_template_kwargs:
+            body["chat_template_kwargs"] = self.chat_template_kwargs
         return body
 
     def _one(self, conv: ChatMessages, sampling: Sampling, sample_index: int) -> tuple[Completion, dict]:
@@ -244,6 +252,8 @@ class OpenAIChatModel:
             body = {"model": self.model, "messages": conversation + [{"role": "assistant", "content": choice}],
                     "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 0,
                     "add_generation_prompt": False, "continue_final_message": True}
+            if self.chat_template_kwargs:
+                body["chat_template_kwargs"] = self.chat_template_kwargs
             data = self.http.post("/chat/completions", body)
             entries = data.get("prompt_logprobs")
             if not entries:

@@ -6,9 +6,10 @@ session, one per agent (``prompts.rl_rows``); TRL draws G completions per row. T
 1. ``SessionRepeatSampler`` shuffles sessions, not rows, so a session's four agent prompts
    always land in the same generation batch (and on the same process).
 2. ``SessionReward`` pairs the k-th completion of each of the four agents into rollout k,
-   scores the G rollouts together with a ``CandidateScorer`` (one shared snapshot), and gives
-   each completion its own agent's reward r_a. It also records each completion's attribution
-   weight w (alpha for the agent of the dominant retrieved memory type, 1 otherwise).
+   flips the reward-density coin, and has a ``CandidateScorer`` score the G rollouts together
+   (one shared snapshot; ``task_rewarded=`` the coin). Each completion gets its own agent's
+   reward r_a and attribution weight w exactly as the scorer returns them (``membuilder.reward``
+   is the one definition of both; alpha and lambda are the scorer's settings).
 3. TRL normalises rewards within each agent prompt's group of G (``scale_rewards="group"``).
 4. ``ADRPOTrainer._compute_loss`` multiplies those advantages by w before TRL's clipped loss,
    so the weight scales both PPO terms. With alpha = 1 every w is 1 and the loss is GRPO's.
@@ -31,7 +32,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
 from membuilder.ops import AGENTS, SEARCHABLE_AGENTS
-from membuilder.training.rewards import CandidateReward, CandidateScorer
+from membuilder.reward import CandidateScorer
 
 # ---- the ADRPO idea, in a few lines -----------------------------------------------------------
 
@@ -64,16 +65,10 @@ def weight_advantages(advantages: torch.Tensor, weights: torch.Tensor) -> torch.
 @dataclass
 class ADRPOConfig(GRPOConfig):
     """``GRPOConfig`` plus the ADRPO options. Every GRPO option (beta, num_generations,
-    temperature, top_p, use_vllm, vllm_mode, ...) keeps its TRL meaning."""
+    temperature, top_p, use_vllm, vllm_mode, ...) keeps its TRL meaning. The reward's settings
+    (alpha, lambda, reward density) belong to the scorer, i.e. the env config, and are not
+    restated here."""
 
-    alpha: float = field(default=4.0, metadata={"help": "Attribution weight of the dominant memory type's agent "
-                                                        "(1 = plain GRPO)."})
-    reward_lambda: float | None = field(default=0.8, metadata={
-        "help": "Length-penalty weight: r_a = 1[valid_a] * r_task * (1 - lambda * l_a). None keeps the scorer's own "
-                "agent_rewards."})
-    reward_density: int = field(default=1, metadata={
-        "help": "d: each session gets the task reward with probability 1/d; the others keep only validity and "
-                "length signals."})
     max_prompt_tokens: int | None = field(default=None, metadata={
         "help": "Longest prompt; longer ones lose memory-view entries first, never instructions."})
 
@@ -138,12 +133,12 @@ class SessionReward:
 
     __name__ = "session_reward"
 
-    def __init__(self, scorer: CandidateScorer, alpha: float = 4.0, reward_lambda: float | None = 0.8,
-                 reward_density: int = 1, seed: int = 0):
-        if reward_density < 1:
-            raise ValueError(f"reward_density d must be >= 1 (task reward with probability 1/d); got {reward_density}")
-        self.scorer, self.alpha, self.reward_lambda = scorer, alpha, reward_lambda
-        self.reward_density, self.seed = reward_density, seed
+    def __init__(self, scorer: CandidateScorer, reward_density: int | None = None, seed: int = 0):
+        reward_density = scorer.reward_density if reward_density is None else reward_density
+        if not isinstance(reward_density, int) or reward_density < 1:
+            raise ValueError(f"reward_density d must be an integer >= 1 (task reward with probability 1/d); "
+                             f"got {reward_density!r}")
+        self.scorer, self.reward_density, self.seed = scorer, reward_density, seed
         self.last_weights: list[float] = []
         self.last_stats: dict[str, float] = {}
 
@@ -153,14 +148,6 @@ class SessionReward:
             return True
         rng = random.Random(zlib.crc32(f"{self.seed}|{step}|{session_key}".encode()))
         return rng.random() < 1.0 / self.reward_density
-
-    def agent_reward(self, c: CandidateReward, agent: str, rewarded: bool) -> float:
-        valid = float(c.valid.get(agent, True))
-        if not rewarded:  # only the validity and length signals remain
-            return valid * (1.0 - (self.reward_lambda or 0.0) * c.length_penalty.get(agent, 0.0))
-        if self.reward_lambda is None:
-            return float(c.agent_rewards[agent])
-        return valid * c.task_reward * (1.0 - self.reward_lambda * c.length_penalty.get(agent, 0.0))
 
     def __call__(self, prompts, completions, session_key, agent, trainer_state=None, **_) -> list[float]:
         step = trainer_state.global_step if trainer_state is not None else 0
@@ -178,22 +165,25 @@ class SessionReward:
                                  "(use SessionRepeatSampler)")
             g = len(by_agent[AGENTS[0]])
             candidates = [{a: _text(completions[by_agent[a][k]]) for a in AGENTS} for k in range(g)]
-            scored = self.scorer.score(key, candidates, alpha=self.alpha)
             rewarded = self.task_rewarded(key, step)
+            scored = self.scorer.score(key, candidates, task_rewarded=rewarded)
+            if len(scored) != g:
+                raise RuntimeError(f"session {key!r}: the scorer returned {len(scored)} rewards for {g} rollouts")
             for k, c in enumerate(scored):
                 for a in AGENTS:
                     i = by_agent[a][k]
-                    rewards[i] = self.agent_reward(c, a, rewarded)
-                    weights[i] = float(c.weights.get(a, 1.0))
+                    rewards[i] = float(c.agent_rewards[a])
+                    weights[i] = float(c.weights[a])
                     stats[f"reward/valid_{a}"].append(float(c.valid.get(a, True)))
                     stats[f"reward/length_penalty_{a}"].append(float(c.length_penalty.get(a, 0.0)))
                     stats[f"adrpo/weight_{a}"].append(weights[i])
-                stats["reward/task"].append(float(c.task_reward))
+                if rewarded:  # an unrewarded session has no task reward to report
+                    stats["reward/task"].append(float(c.task_reward))
                 stats["reward/task_rewarded"].append(float(rewarded))
-                dominant = c.info.get("dominant") or next((a for a in SEARCHABLE_AGENTS if c.weights.get(a, 1.0) > 1.0), None)
+                stats["reward/answers_cut"].append(float(c.info.get("answers_cut", 0) + c.info.get("verdicts_cut", 0)))
                 for m in SEARCHABLE_AGENTS:
-                    stats[f"adrpo/dominant_{m}"].append(float(dominant == m))
-                stats["adrpo/dominant_none"].append(float(dominant is None))
+                    stats[f"adrpo/dominant_{m}"].append(float(c.dominant == m))
+                stats["adrpo/dominant_none"].append(float(c.dominant is None))
         self.last_weights = weights
         self.last_stats = {name: sum(v) / len(v) for name, v in stats.items()}
         self.last_stats["adrpo/weight_mean"] = sum(weights) / max(1, len(weights))
@@ -207,15 +197,14 @@ class SessionReward:
 class ADRPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` with session-grouped sampling and attribution-weighted advantages.
 
-    ``scorer`` scores a session's G candidate actions (see ``membuilder.training.rewards``).
+    ``scorer`` scores a session's G candidate actions (see ``membuilder.reward``).
     The ``train_dataset`` comes from ``prompts.rl_rows``. Extra reward functions may be given
     through ``reward_funcs``; they are summed with the session reward as in TRL.
     """
 
     def __init__(self, model, args: ADRPOConfig, scorer: CandidateScorer, train_dataset, reward_funcs=None,
                  **kwargs):
-        self.session_reward = SessionReward(scorer, alpha=args.alpha, reward_lambda=args.reward_lambda,
-                                            reward_density=args.reward_density, seed=args.seed)
+        self.session_reward = SessionReward(scorer, seed=args.seed)
         funcs = [self.session_reward] + list(reward_funcs or [])
         if args.scale_rewards != "group":
             raise ValueError("ADRPO normalises advantages within each agent prompt's group: keep scale_rewards='group'")
@@ -232,6 +221,16 @@ class ADRPOTrainer(GRPOTrainer):
                                     batch_size=self.args.generation_batch_size // self.num_generations,
                                     repeat_count=self.num_iterations * self.args.steps_per_generation,
                                     shuffle=self.shuffle_dataset, seed=self.args.seed)
+
+    def _get_eval_sampler(self, eval_dataset):
+        # Evaluation scores sessions as training does: a session's four agent rows, G times each,
+        # in one batch; in order, so two evaluations of one policy see the same batches.
+        per_process = self.args.per_device_eval_batch_size
+        if per_process % (len(AGENTS) * self.num_generations_eval):
+            raise ValueError(f"per_device_eval_batch_size = {per_process} must hold whole sessions: a multiple of "
+                             f"{len(AGENTS)} agents x G={self.num_generations_eval}")
+        return SessionRepeatSampler(eval_dataset["session_key"], mini_repeat_count=self.num_generations_eval,
+                                    batch_size=len(AGENTS), shuffle=False, seed=self.args.seed)
 
     def _generate_and_score_completions(self, inputs):
         mode = "train" if self.model.training else "eval"

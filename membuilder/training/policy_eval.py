@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from membuilder.ops import AGENTS, parse
+from membuilder.reward import CandidateScorer
 from membuilder.training.prompts import fit_prompt, token_counter
-from membuilder.training.rewards import CandidateScorer
 
 
 def generate_greedy(model, tokenizer, prompts: Sequence[list[dict[str, str]]], max_new_tokens: int = 256,
@@ -73,7 +73,7 @@ def evaluate_policy(model, tokenizer, scorers: Mapping[str, CandidateScorer], se
     valid = {a: sum(parse(a, outputs[k][a]).valid for k in keys) / max(1, len(keys)) for a in AGENTS}
     reward, task = {}, {}
     for name, scorer in scorers.items():
-        scored = [scorer.score(k, [outputs[k]], alpha=1.0)[0] for k in keys]
+        scored = [scorer.score(k, [outputs[k]])[0] for k in keys]
         reward[name] = sum(r.reward for r in scored) / max(1, len(scored))
         task[name] = sum(r.task_reward for r in scored) / max(1, len(scored))
     return {"valid_rate": valid, "reward": reward, "task_reward": task, "sessions": len(keys),

@@ -163,6 +163,7 @@ class Verdict:
     correct: bool | None  # None: the judge's output could not be parsed (counted as wrong)
     raw: str
     margin: float | None = None  # log p(correct) - log p(wrong), when judged by log-probability
+    cut: bool = False  # the written verdict stopped at its token limit (a thinking judge still thinking)
 
 
 JUDGE_MODES = ("generate", "logprob", "calibrated", "auto")
@@ -217,4 +218,4 @@ def judge_batch(judge, benchmark: str, items: list[QAItem], responses: list[str]
                 for m in judge_margins(judge, benchmark, items, responses)]
     prompts = [judge_prompt(benchmark, it, r) for it, r in zip(items, responses, strict=True)]
     outs = judge.generate(prompts, Sampling(temperature=0.0, max_new_tokens=max_new_tokens, stop=["\n\n"]))
-    return [Verdict(parse_verdict(benchmark, o.text), o.text) for o in outs]
+    return [Verdict(parse_verdict(benchmark, o.text), o.text, cut=o.finish_reason == "length") for o in outs]

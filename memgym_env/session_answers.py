@@ -1,0 +1,116 @@
+"""Answering and grading a session's questions from each candidate's memory (MemoryGym-v0's r_task).
+
+Three modes: ``evidence`` (no model: is the gold fact in the context the answerer would read),
+``choice`` (the answerer picks an option by log-probability) and ``llm`` (the answerer writes an
+answer, a judge grades it with a named judge prompt). Identical prompts (two candidates that
+built the same memory) are asked once, and each kind of call is one batch for all candidates.
+
+An answer or verdict that stops at its token limit is *cut*: it is graded as given (usually
+wrong), and counted (``answer_cut`` / ``verdict_cut`` on the question, ``answers_cut`` / ``verdicts_cut`` in the reward's
+info) so a run's report can say that r_task measured the token limit, not the memory. Thinking
+models (Qwen3) cut this way when their chat template is left in thinking mode.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from membuilder import answer as answering
+from membuilder.llm.base import Sampling
+from membuilder.memory import Hit, MemoryBank
+from memgym_env.benchmarks.judges import judge_batch
+from memgym_env.conversation import QAItem
+
+ANSWER_MODES = ("choice", "llm", "evidence")
+
+
+@dataclass
+class ScoringModels:
+    """The models that answer and grade; None where the answer mode needs none."""
+
+    answerer: object | None = None  # ChatModel; needed by "choice" and "llm"
+    judge: object | None = None  # ChatModel; needed by "llm" (None: the answerer judges)
+    judge_prompt: str = "locomo"  # which judge prompt of memgym_env.benchmarks.judges grades "llm" answers
+    answer_max_tokens: int = 48
+    judge_max_tokens: int = 24
+
+
+def _norm(text: str) -> str:
+    return " ".join(re.findall(r"\w+", text.casefold()))
+
+
+def gold_in_context(item: QAItem, context: str) -> bool:
+    """Evidence mode: the gold fact (or any listed phrasing of it) appears in the context."""
+    golds = [item.answer or ""] + list(item.meta.get("phrasings", []))
+    ctx = _norm(context)
+    for gold in golds:
+        g = _norm(str(gold))
+        if not g:
+            continue
+        if g in ctx:
+            return True
+        words = [w for w in g.split() if len(w) > 2]
+        if len(words) >= 3 and sum(w in ctx.split() for w in words) >= 0.8 * len(words):
+            return True
+    return False
+
+
+def _context_text(bank: MemoryBank, hits: Sequence[Hit]) -> str:
+    return bank.core.text + "\n" + "\n".join(h.entry.text for h in hits)
+
+
+def answer_questions(forks: Sequence[MemoryBank], hits_of: Sequence[Sequence[Sequence[Hit]]],
+                     questions: Sequence[QAItem], mode: str, models: ScoringModels) -> list[list[dict]]:
+    """One row per (candidate, question): question, gold, answer given, correct, and whether the
+    answer or the verdict stopped at its token limit."""
+    rows = [[{"question": q.question, "gold": q.answer, "answer": None, "correct": False,
+              "answer_cut": False, "verdict_cut": False}
+             for q in questions] for _ in forks]
+    if mode == "evidence":
+        for c, fork in enumerate(forks):
+            for i, q in enumerate(questions):
+                rows[c][i]["correct"] = gold_in_context(q, _context_text(fork, hits_of[c][i]))
+                rows[c][i]["answer"] = "found" if rows[c][i]["correct"] else "absent"
+        return rows
+    if mode not in ANSWER_MODES:
+        raise ValueError(f"answer mode {mode!r}; expected one of {ANSWER_MODES}")
+    if models.answerer is None:
+        raise ValueError(f"answer mode {mode!r} needs an answerer model")
+
+    # One prompt per distinct (memory, question): candidates that wrote the same memory share it.
+    unique: dict[str, tuple[list, QAItem]] = {}
+    where: list[list[str]] = []
+    for c, fork in enumerate(forks):
+        keys = []
+        for i, q in enumerate(questions):
+            use_choice = mode == "choice" and q.choices
+            prompt = (answering.choice_prompt(fork.core.text, hits_of[c][i], q.question_date, q.question, q.choices)
+                      if use_choice else answering.answer_prompt(fork.core.text, hits_of[c][i], q.question_date,
+                                                                 q.question))
+            key = json.dumps(prompt, ensure_ascii=False)
+            unique.setdefault(key, (prompt, q))
+            keys.append(key)
+        where.append(keys)
+
+    results: dict[str, tuple[str, bool, bool, bool]] = {}
+    picks = [(k, p, q) for k, (p, q) in unique.items() if mode == "choice" and q.choices]
+    free = [(k, p, q) for k, (p, q) in unique.items() if not (mode == "choice" and q.choices)]
+    for (key, _, q), idx in zip(picks, answering.choose_many(models.answerer, [(p, len(q.choices)) for _, p, q in picks]),
+                                strict=True):
+        results[key] = (q.choices[idx], q.choices[idx] == q.answer, False, False)
+    if free:
+        outs = models.answerer.generate([p for _, p, _ in free],
+                                        Sampling(temperature=0.0, max_new_tokens=models.answer_max_tokens))
+        answers = [o.text.strip() for o in outs]
+        verdicts = judge_batch(models.judge or models.answerer, models.judge_prompt, [q for _, _, q in free], answers,
+                               max_new_tokens=models.judge_max_tokens)
+        for (key, _, _), out, ans, v in zip(free, outs, answers, verdicts, strict=True):
+            results[key] = (ans, v.correct is True, out.finish_reason == "length", v.cut)
+    for c in range(len(forks)):
+        for i, key in enumerate(where[c]):
+            row = rows[c][i]
+            row["answer"], row["correct"], row["answer_cut"], row["verdict_cut"] = results[key]
+    return rows
