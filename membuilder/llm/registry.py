@@ -8,7 +8,12 @@ String specs (CLI flags, quick configs):
 | ``/path/to/checkpoint``, ``Qwen/Qwen3-4B``, ``transformers:<path or hub id>`` | transformers (hub ids must already be in the local HF cache) |
 | ``openai:<model>@<base_url>`` e.g. ``openai:Qwen/Qwen3-4B@http://127.0.0.1:8000/v1`` | any OpenAI-compatible server (``base_url`` ends with the ``/v1`` prefix) |
 | ``openai:<model>`` | same, with ``base_url`` passed as a keyword or in ``$OPENAI_BASE_URL`` |
-| ``vllm:<path or hub id>`` | vLLM offline engine (GPU) |
+| ``vllm:<path or hub id>``, ``vllm:smollm2-135m`` | vLLM offline engine (GPU, or the CPU from ``.venv-vllm``) |
+
+Which engine runs a short name like ``smollm2-135m`` when the spec names none: vLLM where this
+interpreter has it (``.venv-vllm``, built by ``make setup-vllm``, or a GPU install), else
+transformers (bfloat16 on CPUs with AMX or AVX512-BF16, float32 on other CPUs).
+``$MEMGYM_ENGINE=transformers`` (or ``vllm``) fixes the choice for a whole process.
 
 Mapping specs (YAML), every key optional but ``model``::
 
@@ -74,12 +79,32 @@ def parse_spec(spec: str | dict | ModelSpec, **kwargs) -> ModelSpec:
         else:
             parsed.options[key] = value
     if parsed.backend is None:
-        parsed.backend = "transformers"
+        parsed.backend = default_backend(parsed.model)
     if parsed.backend not in BACKENDS:
         raise ValueError(f"unknown backend {parsed.backend!r} in model spec; use one of {BACKENDS}")
     if not parsed.model:
         raise ValueError("model spec has an empty model name")
     return parsed
+
+
+ENGINES = ("auto", "transformers", "vllm")
+# Performance hints of the transformers backend that a vLLM engine schedules for itself.
+TRANSFORMERS_ONLY_OPTIONS = ("threads", "batch_size")
+
+
+def default_backend(model: str) -> str:
+    """The backend for a spec that names none: the fastest one here for the short names."""
+    engine = os.environ.get("MEMGYM_ENGINE", "auto").strip().lower() or "auto"
+    if engine not in ENGINES:
+        raise ValueError(f"$MEMGYM_ENGINE is {engine!r}; use one of {ENGINES}")
+    if engine != "auto":
+        return engine
+    if model.lower() in CHAT_SHORT_NAMES:
+        from membuilder.llm.vllm_backend import vllm_available
+
+        if vllm_available():
+            return "vllm"
+    return "transformers"
 
 
 def _merge(base: ModelSpec, over: ModelSpec) -> ModelSpec:
@@ -146,6 +171,8 @@ def load_chat_model(spec: str | dict | ModelSpec = "smollm2-135m", **kwargs):
     _reject(s, ("base_url", "api_key_env"))
     from membuilder.llm.vllm_backend import VLLMChatModel
 
+    for key in TRANSFORMERS_ONLY_OPTIONS:
+        options.pop(key, None)
     options.setdefault("name", s.model)
     return VLLMChatModel(resolve_chat_path(s.model), dtype=s.dtype, device=s.device, **options)
 

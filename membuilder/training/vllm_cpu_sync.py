@@ -1,0 +1,37 @@
+"""Weight sync from the policy being trained into a colocated vLLM engine on a CPU.
+
+TRL's colocate mode pushes each parameter into the engine with the model's ``load_weights``.
+vLLM's CPU linear layers repack their weights for oneDNN when the engine starts and leave an
+empty parameter behind, so that per-tensor push fails there ("'Parameter' object has no
+attribute 'weight_loader'"). vLLM's ``reload_weights`` instead runs the whole checkpoint-format
+load again, repacking included, from an iterator of (name, tensor) pairs; TRL's own iterator
+already yields the policy's weights under vLLM's names, with LoRA adapters merged in.
+
+Only the CPU path is changed: on CUDA, TRL's sync is left exactly as it is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def engine_on_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
+def sync_through_reload(generation: Any) -> None:
+    """Push the trainer's current weights into ``generation.llm`` (TRL's ``VLLMGeneration``)."""
+    runner = generation.llm.llm_engine.model_executor.driver_worker.model_runner
+    runner.reload_weights(weights_iterator=generation._iter_named_params(), is_checkpoint_format=True)
+    generation.llm.reset_prefix_cache()  # cached prefixes hold keys and values of the old weights
+
+
+def install_cpu_weight_sync(trainer: Any) -> bool:
+    """Route a colocated CPU engine's weight sync through ``reload_weights``; True if installed."""
+    generation = getattr(trainer, "vllm_generation", None)
+    if generation is None or getattr(generation, "mode", None) != "colocate" or not engine_on_cpu():
+        return False
+    generation.sync_weights = lambda: sync_through_reload(generation)
+    return True

@@ -1,0 +1,108 @@
+"""SmolLM2-135M-Instruct through vLLM's engine (the CPU build here), offline: one engine per module."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from membuilder.llm import Sampling, load_chat_model
+from membuilder.llm.registry import parse_spec
+
+pytestmark = pytest.mark.slow
+
+SHORT = Sampling(max_new_tokens=16)
+
+
+def ask(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return load_chat_model("vllm:smollm2-135m", max_model_len=2048)
+
+
+def test_short_names_pick_vllm_where_it_is_installed(monkeypatch):
+    monkeypatch.delenv("MEMGYM_ENGINE", raising=False)
+    assert parse_spec("smollm2-135m").backend == "vllm"
+    assert parse_spec("/some/checkpoint").backend == "transformers"  # only the short names switch
+    monkeypatch.setenv("MEMGYM_ENGINE", "transformers")
+    assert parse_spec("smollm2-135m").backend == "transformers"
+    monkeypatch.setenv("MEMGYM_ENGINE", "tpu")
+    with pytest.raises(ValueError, match="MEMGYM_ENGINE"):
+        parse_spec("smollm2-135m")
+
+
+def test_engine_runs_bf16_on_this_platform(model):
+    from vllm.platforms import current_platform
+
+    expected = "cpu" if current_platform.is_cpu() else "cuda"
+    assert model.device == expected
+    assert model.engine.startswith("vllm ") and model.engine.endswith(f"on {expected}")
+    if expected == "cpu":
+        assert model.dtype == "bfloat16"
+    with pytest.raises(ValueError, match="runs on"):
+        load_chat_model("vllm:smollm2-135m", device="cuda" if expected == "cpu" else "cpu")
+
+
+def test_greedy_reply_is_text_and_repeats(model):
+    first = model.generate([ask("Name three colours.")], SHORT)[0]
+    assert first.text.strip() and first.completion_tokens == len(first.token_ids) > 0 and first.prompt_tokens > 0
+    assert model.generate([ask("Name three colours.")], SHORT)[0].text == first.text
+
+
+def test_batch_of_eight_equals_eight_single_calls(model):
+    """Greedy and bfloat16: a batch repeats exactly, and matches one-at-a-time calls up to
+    bf16 near-ties. The stated tolerance: at least 7 of 8 replies identical, and every reply
+    identical over its first 8 tokens (one reply here parts at token 12)."""
+    convs = [ask(f"Write one sentence about the number {i}.") for i in range(8)]
+    batched = [c.token_ids for c in model.generate(convs, SHORT)]
+    assert [c.token_ids for c in model.generate(convs, SHORT)] == batched
+    singles = [model.generate([c], SHORT)[0].token_ids for c in convs]
+    assert sum(b == s for b, s in zip(batched, singles)) >= 7
+    assert all(b[:8] == s[:8] for b, s in zip(batched, singles))
+
+
+def test_max_new_tokens_bounds_the_reply(model):
+    reply = model.generate([ask("Tell me a long story.")], Sampling(max_new_tokens=3))[0]
+    assert reply.completion_tokens == 3 and reply.finish_reason == "length"
+
+
+def test_json_schema_constrains_the_output(model):
+    schema = {"type": "object", "properties": {"operation": {"type": "string", "enum": ["APPEND", "REWRITE"]},
+                                               "content": {"type": "string", "maxLength": 40}},
+              "required": ["operation", "content"], "additionalProperties": False}
+    conv = ask("Record that the user's name is Ana. Reply with JSON.")
+    (reply,) = model.generate([conv], Sampling(max_new_tokens=60, json_schema=schema))
+    data = json.loads(reply.text)
+    assert data["operation"] in ("APPEND", "REWRITE") and isinstance(data["content"], str)
+
+
+def test_seeded_sampling_repeats_and_n_is_conversation_major(model):
+    sampling = Sampling(n=2, max_new_tokens=8, temperature=1.0, seed=3)
+    convs = [ask("Say something."), ask("Name an animal.")]
+    first, second = model.generate(convs, sampling), model.generate(convs, sampling)
+    assert len(first) == 4 and [c.text for c in first] == [c.text for c in second]
+    assert first[0].prompt_tokens == first[1].prompt_tokens != first[2].prompt_tokens
+
+
+def test_option_logprobs_prefer_the_obvious_and_match_transformers(model):
+    conv = ask("What is the capital of France? Answer with the number only.\n1. Paris\n2. Banana\n3. Tuesday")
+    scores = model.choice_logprobs(conv, ["1", "2", "3"])
+    assert len(scores) == 3 and all(s < 0 for s in scores) and scores.index(max(scores)) == 0
+    batch = model.choice_logprobs_batch([conv, ask("Is water wet? 1. yes 2. no")], [["1", "2", "3"], ["1", "2"]])
+    assert batch[0] == pytest.approx(scores, abs=1e-6) and len(batch[1]) == 2
+    multi = model.choice_logprobs(ask("Capital of France? One word."), ["Paris", "Banana split"])
+    assert multi[0] > multi[1]
+    # The same numbers as transformers in float32, to bfloat16's precision.
+    reference = load_chat_model("transformers:smollm2-135m", dtype="float32", threads=1)
+    expected = reference.choice_logprobs(conv, ["1", "2", "3"])
+    assert scores == pytest.approx(expected, abs=0.25)
+    assert expected.index(max(expected)) == 0
+
+
+def test_usage_is_booked(model):
+    before = model.usage.calls
+    model.generate([ask("Hi")], Sampling(max_new_tokens=2), purpose="probe")
+    assert model.usage.calls == before + 1 and model.ledger.by_purpose["probe"].completion_tokens >= 1
