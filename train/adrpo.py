@@ -71,9 +71,9 @@ def build(argv=None):
     from membuilder.training.prompts import rl_rows, token_counter
 
     script, args, model_args = TrlParser((ADRPOScriptArgs, ADRPOConfig, ModelConfig)).parse_args_and_config(argv)
-    require_vllm(args.use_vllm)
+    require_vllm(args.use_vllm, args.vllm_mode)
     set_seed(args.seed)
-    model, tokenizer, path = load_policy(model_args.model_name_or_path, model_args.dtype)
+    model, tokenizer, path = load_policy(model_args.model_name_or_path, model_args.dtype, frozen_base=model_args.use_peft)
     model.name_or_path = path  # vLLM colocate builds its engine from this path
     train_users = parse_users(script.users)
     eval_users = parse_users(script.eval_users) if script.eval_users else []

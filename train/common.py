@@ -87,23 +87,47 @@ def expert_records(config: ConstructionConfig, users: list[int], limit: int | No
     return records
 
 
-def require_vllm(use_vllm: bool) -> None:
-    """Fail at start, with the fix, when a config asks for vLLM that is not installed."""
-    if use_vllm and importlib.util.find_spec("vllm") is None:
-        raise SystemExit("this config sets use_vllm: true, but vLLM is not installed. Install it on a CUDA machine "
-                         "(`pip install -e '.[gpu]'`) or set use_vllm: false to generate with transformers.")
-
-
-def load_policy(model_name_or_path: str, dtype: str | None = None):
-    """Model and tokenizer from a short name (``smollm2-135m``), a local folder or a hub id."""
+def require_vllm(use_vllm: bool, mode: str = "colocate") -> None:
+    """Fail at start, with the fix, when a config asks for vLLM that is not installed or cannot run here."""
+    if not use_vllm:
+        return
+    if importlib.util.find_spec("vllm") is None:
+        raise SystemExit("this config sets use_vllm: true, but vLLM is not installed. On a CUDA machine install it "
+                         "(`pip install -e '.[gpu]'`); on a CPU run from .venv-vllm (`make setup-vllm`, then "
+                         "`.venv-vllm/bin/python train/...`); or set use_vllm: false to generate with transformers.")
     import torch
+
+    if mode == "server" and not torch.cuda.is_available():
+        raise SystemExit("this config sets vllm_mode: server, which a CPU cannot run: TRL sends the weights to the "
+                         "vLLM server over NCCL, which needs CUDA GPUs. On a CPU use vllm_mode: colocate (the engine "
+                         "runs inside the trainer, e.g. configs/train/adrpo_smollm2_cpu_vllm.yaml).")
+
+
+def policy_dtype(dtype: str | None, frozen_base: bool):
+    """The dtype a policy trains in. ``auto``: bfloat16 on a GPU; on a CPU with bf16 hardware
+    (AMX / AVX512-BF16) bfloat16 only under LoRA, where the frozen base runs 4x faster in bf16 and
+    the adapter (PEFT keeps it in float32) takes the updates; a fully trained model stays float32
+    there, since bf16 weights would round away small optimizer steps."""
+    import torch
+
+    from membuilder.llm.transformers_backend import cpu_has_bf16
+
+    if dtype not in (None, "auto"):
+        return getattr(torch, dtype)
+    if torch.cuda.is_available():
+        return torch.bfloat16
+    return torch.bfloat16 if frozen_base and cpu_has_bf16() else torch.float32
+
+
+def load_policy(model_name_or_path: str, dtype: str | None = None, frozen_base: bool = False):
+    """Model and tokenizer from a short name (``smollm2-135m``), a local folder or a hub id.
+    ``frozen_base``: only adapters will train (LoRA), which lets ``dtype: auto`` pick bfloat16."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from membuilder.llm.registry import resolve_chat_path
 
     path = resolve_chat_path(model_name_or_path)
-    torch_dtype = getattr(torch, dtype) if dtype and dtype != "auto" else (dtype or None)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=policy_dtype(dtype, frozen_base))
     tokenizer = AutoTokenizer.from_pretrained(path)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:

@@ -72,7 +72,7 @@ def build(argv=None):
         write_jsonl(rows, script.dataset_jsonl)
     dataset = to_dataset(rows)
     print(f"SFT rows: {len(dataset)} ({len(rows) // 4} sessions x 4 agents)")
-    model, tokenizer, _ = load_policy(model_args.model_name_or_path, model_args.dtype)
+    model, tokenizer, _ = load_policy(model_args.model_name_or_path, model_args.dtype, frozen_base=model_args.use_peft)
     trainer = build_sft_trainer(model, tokenizer, dataset, sft_args, peft_config=peft_from(model_args))
     return trainer, script, tokenizer
 

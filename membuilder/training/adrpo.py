@@ -209,6 +209,10 @@ class ADRPOTrainer(GRPOTrainer):
         if args.scale_rewards != "group":
             raise ValueError("ADRPO normalises advantages within each agent prompt's group: keep scale_rewards='group'")
         super().__init__(model=model, reward_funcs=funcs, args=args, train_dataset=train_dataset, **kwargs)
+        if args.use_vllm:
+            from membuilder.training.vllm_cpu_sync import install_cpu_weight_sync
+
+            install_cpu_weight_sync(self)
         local = args.per_device_train_batch_size * args.steps_per_generation
         if local % (len(AGENTS) * self.num_generations):
             raise ValueError(
