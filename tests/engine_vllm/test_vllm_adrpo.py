@@ -1,0 +1,69 @@
+"""ADRPO with vLLM's CPU engine colocated in the trainer: two real steps, and proof that the
+policy's weights reach the engine at every sync (membuilder/training/vllm_cpu_sync.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from train.common import require_vllm  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+TINY_RUN = ["--max_steps", "2", "--max_completion_length", "16", "--max_prompt_tokens", "768",
+            "--users", "0-1", "--max_sessions_per_user", "1", "--learning_rate", "1e-3", "--save_strategy", "no",
+            "--logging_steps", "1", "--vllm_max_model_length", "1024"]
+
+
+def test_server_mode_on_a_cpu_stops_at_start_and_says_why():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA machine can run vllm_mode: server")
+    with pytest.raises(SystemExit, match="NCCL"):
+        require_vllm(True, "server")
+    require_vllm(True, "colocate")
+
+
+def test_two_adrpo_steps_with_a_colocated_engine_whose_weights_follow_the_policy(tmp_path, monkeypatch):
+    import torch
+    from vllm import SamplingParams
+
+    from train.adrpo import build
+
+    monkeypatch.chdir(ROOT)
+    trainer, _, tokenizer = build(["--config", "configs/train/adrpo_smollm2_cpu_vllm.yaml", *TINY_RUN,
+                                   "--output_dir", str(tmp_path / "run")])
+    generation = trainer.vllm_generation
+    assert generation.mode == "colocate"
+    assert getattr(generation.sync_weights, "__name__", "") == "<lambda>"  # the CPU sync, not TRL's per-tensor push
+    trainer.train()
+    steps = [h for h in trainer.state.log_history if "reward/task" in h]
+    assert len(steps) == 2 and all(h["completions/mean_length"] > 0 for h in steps)
+    assert all("adrpo/weight_core" in h and "time/generate" in h for h in steps)
+
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "List three fruits."}],
+                                           add_generation_prompt=True, tokenize=False)
+    greedy = SamplingParams(temperature=0.0, max_tokens=12)
+
+    def engine_reply() -> list[int]:
+        return list(generation.llm.generate([prompt], greedy, use_tqdm=False)[0].outputs[0].token_ids)
+
+    generation.sync_weights()
+    before = engine_reply()
+    weight = next(p for n, p in trainer.model.named_parameters() if n.endswith("layers.0.mlp.down_proj.base_layer.weight"))
+    saved = weight.detach().clone()
+    with torch.no_grad():
+        weight.mul_(-3.0)
+    generation.sync_weights()
+    changed = engine_reply()
+    with torch.no_grad():
+        weight.copy_(saved)
+    generation.sync_weights()
+    assert changed != before, "the engine did not see the new weights"
+    assert engine_reply() == before, "restoring the weights did not restore the engine's greedy reply"
