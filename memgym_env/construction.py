@@ -101,7 +101,7 @@ class MemoryGymEnv(gym.Env):
     | `answerer`, `judge`, `embedder` | `smollm2-135m`, answerer, `minilm` | model specs |
     | `judge_prompt` | `"locomo"` | the judge prompt that grades `llm` answers (`locomo`, `longmemeval`, `perltqa`) |
     | `answer_max_tokens`, `judge_max_tokens` | 48, 24 | token limits; a reply cut at its limit is counted in `info` |
-    | `chat_template_kwargs` | `{"enable_thinking": false}` | sent with served answerer/judge requests (Qwen3: answer, do not think) |
+    | `chat_template_kwargs` | `{"enable_thinking": false}` | rendered into every answerer/judge prompt, local or served (Qwen3: answer, do not think) |
     | `snapshot` | `"expert"` | restore the expert's memory before each session, or `"on_policy"` |
     | `lam`, `alpha`, `reward_density` | 0.8, 4, 1 | reward settings |
     | `answer_k`, `view_k`, `questions_per_session` | 10, 20, 5 | retrieval and QA sizes |

@@ -42,11 +42,10 @@ def load_scoring_models(config) -> tuple[EmbeddingCache, ScoringModels]:
     """The embedding cache and the answer/judge models a ``ConstructionConfig`` names."""
     from membuilder.llm import load_chat_model
     from membuilder.llm.embedders import load_embedder
-    from membuilder.llm.registry import parse_spec
 
     def chat(spec: str):
-        served = parse_spec(spec).backend == "openai"
-        kwargs = {"chat_template_kwargs": config.chat_template_kwargs} if served and config.chat_template_kwargs else {}
+        # Every backend renders with these (a local Qwen3 thinks first too); SmolLM2's template ignores them.
+        kwargs = {"chat_template_kwargs": config.chat_template_kwargs} if config.chat_template_kwargs else {}
         return load_chat_model(spec, **kwargs)
 
     models = ScoringModels(judge_prompt=config.judge_prompt, answer_max_tokens=config.answer_max_tokens,

@@ -114,3 +114,23 @@ def test_prompts_sharing_a_memory_prefix_score_as_if_run_alone(model):
         assert s.index(max(s)) == a.index(max(a))
     assert tb._shared_prefix([[1, 2, 3], [1, 2, 3]]) == 2  # each row keeps a token of its own
     assert tb._shared_prefix([[1, 2], [3]]) == 0
+
+
+def test_chat_template_kwargs_reach_a_thinking_template():
+    """A Qwen3-style template opens an empty think block when told not to think: the answerer
+    and judge roles render with ``{"enable_thinking": False}`` so their short budgets go to the answer."""
+    from membuilder.llm.transformers_backend import TransformersChatModel
+    from membuilder.training.tiny import byte_tokenizer, tiny_llama
+
+    tok = byte_tokenizer()
+    tok.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                         "{% if add_generation_prompt %}<|im_start|>assistant\n"
+                         "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% endif %}"
+                         "{% endif %}")
+    conv = ask("Which city?")
+    thinking = TransformersChatModel(model=tiny_llama(tok), tokenizer=tok)
+    direct = TransformersChatModel(model=tiny_llama(tok), tokenizer=tok, chat_template_kwargs={"enable_thinking": False})
+    assert "<think>" not in tok.decode(thinking.render(conv))
+    assert tok.decode(direct.render(conv)).endswith("<think>\n\n</think>\n\n")
+    with pytest.raises(ValueError, match="mapping"):
+        TransformersChatModel(model=tiny_llama(tok), tokenizer=tok, chat_template_kwargs=["enable_thinking"])

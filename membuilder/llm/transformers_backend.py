@@ -112,7 +112,9 @@ class TransformersChatModel:
     "bfloat16", "float16"), ``batch_size`` (conversations per forward pass in ``generate``),
     ``threads`` (torch CPU threads, process-wide; default ``$MEMGYM_TORCH_THREADS`` or torch's own
     choice. On a small shared machine 1 thread can be many times faster than 2: idle OpenMP
-    workers spin against other processes).
+    workers spin against other processes), ``chat_template_kwargs`` (extra variables for the chat
+    template, e.g. ``{"enable_thinking": False}`` so a Qwen3 answerer replies without thinking first;
+    templates ignore variables they do not use).
     A ready model and tokenizer can be passed instead of a path (``model=``, ``tokenizer=``), e.g.
     a policy being trained.
     """
@@ -121,7 +123,7 @@ class TransformersChatModel:
 
     def __init__(self, path: str | None = None, *, name: str | None = None, device: str | None = None,
                  dtype: str | None = None, batch_size: int = 16, threads: int | None = None,
-                 model: Any = None, tokenizer: Any = None):
+                 model: Any = None, tokenizer: Any = None, chat_template_kwargs: dict[str, Any] | None = None):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         import torch
 
@@ -132,6 +134,9 @@ class TransformersChatModel:
 
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if chat_template_kwargs is not None and not isinstance(chat_template_kwargs, dict):
+            raise ValueError(f"chat_template_kwargs must be a mapping, got {chat_template_kwargs!r}")
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.name = name or str(path or getattr(model, "name_or_path", "model"))
         self.batch_size = batch_size
         self.ledger = UsageLedger()
@@ -196,7 +201,7 @@ class TransformersChatModel:
         (or, with ``continue_final``, continuing the last assistant message)."""
         out = self.tokenizer.apply_chat_template(
             conversation, tokenize=True, add_generation_prompt=not continue_final,
-            continue_final_message=continue_final, return_dict=True)
+            continue_final_message=continue_final, return_dict=True, **self.chat_template_kwargs)
         return list(out["input_ids"])
 
     def count_tokens(self, text: str) -> int:
@@ -432,7 +437,12 @@ class TransformersChatModel:
         torch = self._torch
         ids = self.render(conversation, continue_final=continue_final)
         with self._lock, torch.inference_mode():
-            logits = self.model(input_ids=torch.tensor([ids], device=self.device)).logits.float()[0]
+            body, head = self.model.get_decoder(), self.model.get_output_embeddings()
+            tokens = torch.tensor([ids], device=self.device)
+            if body is not None and head is not None:
+                logits = self._head_logits(head, body(input_ids=tokens).last_hidden_state[0])
+            else:
+                logits = self.model(input_ids=tokens).logits.float()[0]
         logprobs = torch.log_softmax(logits[:-1], dim=-1)
         values = logprobs[torch.arange(len(ids) - 1), torch.tensor(ids[1:])].tolist()
         return [(tok, self.tokenizer.decode([tok]), None if i == 0 else values[i - 1]) for i, tok in enumerate(ids)]

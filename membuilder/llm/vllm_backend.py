@@ -59,14 +59,16 @@ class VLLMChatModel:
     (CPU only: KV-cache size, ``$VLLM_CPU_KVCACHE_SPACE``, default 2 GB), ``max_model_len``
     (default 4096 on a CPU), ``enforce_eager`` (skip torch.compile: the engine starts in about
     50 s instead of 2 minutes on a CPU; default: True on a CPU), ``tensor_parallel_size``,
-    ``seed``, and any further ``vllm.LLM`` keyword in ``engine_kwargs``."""
+    ``seed``, ``chat_template_kwargs`` (as for the transformers backend), and any further
+    ``vllm.LLM`` keyword in ``engine_kwargs``."""
 
     supports_json_schema = True
 
     def __init__(self, path: str, *, name: str | None = None, dtype: str | None = None, device: str | None = None,
                  gpu_memory_utilization: float = 0.85, kv_cache_gb: float | None = None,
                  max_model_len: int | None = None, enforce_eager: bool | None = None,
-                 tensor_parallel_size: int = 1, seed: int = 0, engine_kwargs: dict[str, Any] | None = None):
+                 tensor_parallel_size: int = 1, seed: int = 0, engine_kwargs: dict[str, Any] | None = None,
+                 chat_template_kwargs: dict[str, Any] | None = None):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         if device not in (None, "auto", "cuda", "cpu"):
             raise ValueError(f"the vllm backend runs on 'cuda' or 'cpu' (or 'auto'), not {device!r}")
@@ -79,6 +81,9 @@ class VLLMChatModel:
         self.device = "cpu" if on_cpu else "cuda"
         if device in ("cuda", "cpu") and device != self.device:
             raise ValueError(f"this vLLM install runs on {self.device}, but device {device!r} was asked for")
+        if chat_template_kwargs is not None and not isinstance(chat_template_kwargs, dict):
+            raise ValueError(f"chat_template_kwargs must be a mapping, got {chat_template_kwargs!r}")
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.name = name or path
         self.ledger = UsageLedger()
         self._vllm = vllm
@@ -143,7 +148,8 @@ class VLLMChatModel:
         conversations = check_conversations(conversations, f"{self.name}.generate")
         sampling = check_sampling(sampling, f"{self.name}.generate")
         started = time.perf_counter()
-        outputs = self.llm.chat(conversations, self._params(sampling), use_tqdm=False)
+        outputs = self.llm.chat(conversations, self._params(sampling), use_tqdm=False,
+                                chat_template_kwargs=self.chat_template_kwargs or None)
         latency = time.perf_counter() - started
         completions = []
         for request in outputs:
@@ -157,7 +163,8 @@ class VLLMChatModel:
         return completions
 
     def _render(self, conversation: ChatMessages) -> list[int]:
-        rendered = self.tokenizer.apply_chat_template(conversation, tokenize=True, add_generation_prompt=True)
+        rendered = self.tokenizer.apply_chat_template(conversation, tokenize=True, add_generation_prompt=True,
+                                                      **self.chat_template_kwargs)
         # transformers 5 returns a BatchEncoding here, 4.x a plain list of ids.
         return list(rendered["input_ids"] if hasattr(rendered, "keys") else rendered)
 
