@@ -52,6 +52,11 @@ demo: setup
 test: setup
 	$(PY) -m pytest -q
 
+# The vLLM suite (tests/engine_vllm) in .venv-vllm: the CPU engine's backend and ADRPO with a
+# colocated engine. About 8 minutes on 2 cores after `make setup-vllm`.
+test-vllm: setup-vllm
+	VLLM_CPU_KVCACHE_SPACE=1 $(PY_VLLM) -m pytest -q tests/engine_vllm
+
 bench: setup
 	$(PY) bench/memory_bank.py
 	$(PY) bench/env_step.py
