@@ -46,9 +46,9 @@ def main(argv: list[str] | None = None) -> dict:
     if a.threads:
         os.environ["MEMGYM_TORCH_THREADS"] = str(a.threads)
     started = time.perf_counter()
-    from memgym_env.interactive_results import compare
-    from memgym_env.interactive_runner import RunConfig, evaluate_one, load_run_models
-    from memgym_env.interactive_workers import evaluate_parallel
+    from memgym_env.interactive.results import compare
+    from memgym_env.interactive.runner import RunConfig, evaluate_one, load_run_models
+    from memgym_env.interactive.workers import evaluate_parallel
     from memgym_env.world import generate_world, load_config, read_world, write_world
 
     out = Path(a.out)

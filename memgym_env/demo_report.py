@@ -59,7 +59,7 @@ def markdown(rows: list[list[str]]) -> str:
 
 def write_report(out: Path, meta: dict[str, Any], rollouts: dict[str, Any], results: dict[str, Any]) -> dict[str, Path]:
     """Writes report.json, report.md and plots/ under ``out``; returns their paths by name."""
-    from memgym_env.interactive_results import plot
+    from memgym_env.interactive.results import plot
 
     plots = out / "plots"
     score_png, failures_png = plot(list(results.values()), plots)
@@ -72,7 +72,7 @@ def write_report(out: Path, meta: dict[str, Any], rollouts: dict[str, Any], resu
     rel = {p: p.relative_to(out).as_posix() for p in (score_png, failures_png, construction_png)}
     md = [
         "# MemGym demo report", "",
-        f"Model `{meta['model']}`, world of {meta['sizes']['users']} users x {meta['sizes']['periods']} periods "
+        f"Model `{meta['model']}` ({meta.get('engine', 'engine not recorded')}), world of {meta['sizes']['users']} users x {meta['sizes']['periods']} periods "
         f"(seed {meta['seed']}), preset `{meta['preset']}`, {meta['wall_s']:.0f} s on {meta['cpus']} CPUs "
         f"(load average at start {meta['load_average']}).", "",
         "## MemoryGym-v0: how well each policy builds memory", "",

@@ -163,6 +163,11 @@ class OpenAIChatModel:
         return f"OpenAIChatModel(model={self.model!r}, base_url={self.http.base_url!r})"
 
     @property
+    def engine(self) -> str:
+        """What runs this model, for reports: the server answers for its own engine."""
+        return f"served at {self.http.base_url}"
+
+    @property
     def usage(self):
         return self.ledger.total
 

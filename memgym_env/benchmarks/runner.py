@@ -265,7 +265,8 @@ def evaluate(cfg: EvalConfig, models: dict[str, Any] | None = None, quiet: bool 
     run["invocations"].append({"time": time.strftime("%Y-%m-%d %H:%M:%S"), "items_computed": n_pending,
                                "items_reused": len(records) - n_pending, "stages": stages,
                                "wall_s": round(time.perf_counter() - started, 3),
-                               "usage": {k: _usage(m) for k, m in models.items() if k != "embedder"}})
+                               "usage": {k: _usage(m) for k, m in models.items() if k != "embedder"},
+                               "engines": {k: getattr(m, "engine", None) for k, m in models.items() if k != "embedder"}})
     run.update(versions=_versions(), skipped_records=problems.count, skipped_messages=problems.messages[:50],
                limit=cfg.limit, questions=len(records))
     _write_json(out / "run.json", run)
@@ -334,5 +335,8 @@ def _report_footer(run: dict[str, Any]) -> str:
         toks = f", {int(st.get('prompt_tokens', 0))} prompt + {int(st.get('completion_tokens', 0))} completion tokens" \
             if "prompt_tokens" in st else ""
         lines.append(f"- stage {name}: {st['wall_s']:.1f} s{toks}")
+    engines = {k: v for k, v in last.get("engines", {}).items() if v}
+    if engines:  # what ran each model: transformers float32 / bfloat16, or vLLM
+        lines.append("- engines: " + ", ".join(f"{k} {v}" for k, v in engines.items()))
     lines.append("- versions: " + ", ".join(f"{k} {v}" for k, v in run["versions"].items()))
     return "\n".join(lines) + "\n"

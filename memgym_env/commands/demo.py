@@ -73,14 +73,15 @@ def run(args: argparse.Namespace) -> int:
         results = demo.interactive(world, sizes, model, embedder, args.model, args.out, progress,
                                    workers=args.workers)
         progress.set("report", "")
-        meta = {"model": args.model, "embedder": args.embedder, "preset": preset, "seed": args.seed,
+        meta = {"model": args.model, "engine": getattr(model, "engine", type(model).__name__), "embedder": args.embedder, "preset": preset, "seed": args.seed,
                 "sizes": demo.sizes_dict(sizes), "workers": args.workers, "world": str(world), "cpus": os.cpu_count(),
                 "load_average": [round(x, 2) for x in load], "model_calls": progress.calls(),
                 "wall_s": time.perf_counter() - started}
         paths = write_report(args.out, meta, rollouts, results)
 
     rows = interactive_table(results)
-    table = Table(title=f"MemGym demo ({preset}, {meta['wall_s']:.0f} s, {meta['model_calls']} model calls)")
+    table = Table(title=f"MemGym demo ({preset}, {meta['wall_s']:.0f} s, {meta['model_calls']} model calls, "
+                        f"{args.model} on {meta['engine']})")
     for col in rows[0]:
         table.add_column(col)
     for r in rows[1:]:

@@ -1,0 +1,121 @@
+"""Wall time of an ADRPO step on this CPU, split into generate / score / optimise, engine by engine.
+
+The step is the shipped CPU recipe (configs/train/adrpo_smollm2_cpu.yaml: SmolLM2-135M with
+LoRA, one session = 4 agents x G = 2 completions of up to 160 tokens, prompts up to 1,536
+tokens, MemoryGym-v0's evidence reward), run for two optimizer steps in each of:
+
+- ``hf-fp32``: the policy in float32, rollouts from transformers (the recipe before bf16);
+- ``hf-bf16``: the policy's frozen base in bfloat16 under LoRA (``dtype: auto``), rollouts from
+  transformers;
+- ``vllm-bf16``: the same policy, rollouts from vLLM's CPU engine colocated in the trainer
+  (configs/train/adrpo_smollm2_cpu_vllm.yaml; needs ``.venv-vllm``).
+
+Each runs in a fresh process. ``generate`` is everything before the reward (weight sync, the
+rollouts, the log-probabilities of the sampling policy), ``score`` the session reward, and
+``optimise`` the rest of the step (the loss's forward and backward passes and the update).
+Per engine the JSON holds both steps and the mean of the second ones.
+
+    python bench/adrpo_step.py [--engines hf-fp32,hf-bf16,vllm-bf16] [--steps 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+
+ROOT = Path(__file__).resolve().parents[1]
+VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+RUNS = {
+    "hf-fp32": ("configs/train/adrpo_smollm2_cpu.yaml", ["--dtype", "float32"]),
+    "hf-bf16": ("configs/train/adrpo_smollm2_cpu.yaml", ["--dtype", "auto"]),
+    "vllm-bf16": ("configs/train/adrpo_smollm2_cpu_vllm.yaml", []),
+}
+
+
+def measure(engine: str, steps: int) -> dict:
+    """Runs in the engine's own process."""
+    import torch
+
+    sys.path.insert(0, str(ROOT))
+    from train.adrpo import build
+
+    config, extra = RUNS[engine]
+    out = tempfile.mkdtemp(prefix=f"adrpo-step-{engine}-")
+    started = time.perf_counter()
+    trainer, _, _ = build(["--config", config, *extra, "--max_steps", str(steps), "--save_strategy", "no",
+                           "--logging_steps", "1", "--output_dir", out])
+    build_s = time.perf_counter() - started
+    trainer.train()
+    rows = []
+    for h in trainer.state.log_history:
+        if "time/generate" not in h:
+            continue
+        generate, score, step = h["time/generate"], h["time/score"], h["step_time"]
+        rows.append({"step": h["step"], "generate_s": round(generate, 1), "score_s": round(score, 2),
+                     "optimise_s": round(step - generate - score, 1), "step_s": round(step, 1),
+                     "completion_tokens_mean": h.get("completions/mean_length")})
+    policy = next(p for p in trainer.model.parameters() if not p.requires_grad)
+    return {"engine": engine, "config": config, "overrides": extra, "policy_base_dtype": str(policy.dtype),
+            "build_s": round(build_s, 1), "torch_threads": torch.get_num_threads(),
+            "load_average_at_end": list(os.getloadavg()), "steps": rows}
+
+
+def run_engine(engine: str, steps: int) -> dict | None:
+    vllm = engine.startswith("vllm")
+    if vllm and not VLLM_PYTHON.exists():
+        print(f"skipping {engine}: no .venv-vllm (make setup-vllm)", file=sys.stderr)
+        return None
+    python = str(VLLM_PYTHON) if vllm else sys.executable
+    with tempfile.TemporaryDirectory() as tmp:
+        result = Path(tmp) / "result.json"  # not stdout: the engine's shutdown may print there
+        subprocess.run([python, __file__, "--worker", engine, "--steps", str(steps), "--out", str(result)], cwd=ROOT,
+                       check=True)
+        return json.loads(result.read_text())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engines", default=",".join(RUNS))
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--worker", choices=sorted(RUNS), help=argparse.SUPPRESS)
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "adrpo_step.json"))
+    args = parser.parse_args()
+    if args.worker:
+        Path(args.out).write_text(json.dumps(measure(args.worker, args.steps)))
+        return
+    engines = {}
+    for engine in args.engines.split(","):
+        if engine not in RUNS:
+            raise SystemExit(f"unknown engine {engine!r}; use {sorted(RUNS)}")
+        result = run_engine(engine, args.steps)
+        if result is not None:
+            warm = result["steps"][1:] or result["steps"]  # the first step also warms the engine up
+            result["warm_mean"] = {k: round(sum(r[k] for r in warm) / len(warm), 1)
+                                   for k in ("generate_s", "score_s", "optimise_s", "step_s")}
+            engines[engine] = result
+            print(json.dumps({engine: result["warm_mean"]}), flush=True)
+    result = {"what": "one ADRPO step of configs/train/adrpo_smollm2_cpu.yaml (SmolLM2-135M, LoRA, G=2, 4 agents)",
+              "cpu_count": os.cpu_count(), "engines": engines}
+    if "hf-fp32" in engines:
+        base = engines["hf-fp32"]["warm_mean"]["step_s"]
+        for engine in engines:
+            result[f"step_speedup_{engine.replace('-', '_')}"] = round(base / engines[engine]["warm_mean"]["step_s"], 2)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    print(f"{'engine':<10}{'generate s':>12}{'score s':>10}{'optimise s':>12}{'step s':>9}")
+    for engine, res in engines.items():
+        m = res["warm_mean"]
+        print(f"{engine:<10}{m['generate_s']:>12.1f}{m['score_s']:>10.2f}{m['optimise_s']:>12.1f}{m['step_s']:>9.1f}")
+
+
+if __name__ == "__main__":
+    main()
