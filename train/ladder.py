@@ -138,7 +138,8 @@ class Evaluator:
 
         from membuilder.training.policy_eval import evaluate_policy
 
-        model, tokenizer, _ = load_policy(policy, "float32")
+        # Evaluation trains nothing: the base may run in bfloat16 where the CPU has it.
+        model, tokenizer, _ = load_policy(policy, "auto", frozen_base=True)
         bar = tqdm(total=4 * len(self.keys), desc=f"evaluate {label}", unit="output")
         t0 = time.perf_counter()
         res = evaluate_policy(model, tokenizer, self.scorers, self.keys, max_new_tokens=self.a.eval_max_new_tokens,
