@@ -3,7 +3,7 @@
 The run: LoCoMo conv-26 (``../shared/data/locomo``), the ``rag`` system, the first 40 questions,
 SmolLM2-135M as answerer and judge, the judge check off. It runs once per engine, each in a
 fresh process and a fresh output folder: transformers in float32 (``MEMGYM_DTYPE=float32``, the
-engine before bf16), transformers in bfloat16 (the default on CPUs with AMX or AVX512-BF16), and
+engine before bf16), transformers in bfloat16 (the default on CPUs with AMX), and
 vLLM's CPU engine (from ``.venv-vllm``, where ``smollm2-135m`` picks it). Seconds come from the
 run's own ``run.json`` (stage ``answer``), so model loading is not counted.
 

@@ -1,7 +1,7 @@
 """Generation throughput of SmolLM2-135M-Instruct on this CPU, engine against engine, in one run.
 
-Engines: transformers in float32, transformers in bfloat16 (the default on CPUs with AMX or
-AVX512-BF16), and vLLM's CPU engine in bfloat16 (when ``.venv-vllm`` exists; ``make setup-vllm``).
+Engines: transformers in float32, transformers in bfloat16 (the default on CPUs with AMX), and
+vLLM's CPU engine in bfloat16 and in float32 (when ``.venv-vllm`` exists; ``make setup-vllm``).
 All engines live in one process (under ``.venv-vllm`` when it exists, which has both
 transformers and vLLM) and take turns on the same prompts: about 512 prompt tokens and exactly
 128 new tokens each, greedy, at batch 1, 8 and 16, for ``--rounds`` rounds, keeping each
@@ -28,7 +28,7 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
 ROOT = Path(__file__).resolve().parents[1]
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 ENGINES = {"hf-fp32": ("transformers", "float32"), "hf-bf16": ("transformers", "bfloat16"),
-           "vllm-bf16": ("vllm", "bfloat16")}
+           "vllm-bf16": ("vllm", "bfloat16"), "vllm-fp32": ("vllm", "float32")}
 FILLER = ("I keep a notebook of the places I have lived, the people I met there, and the small "
           "habits I picked up along the way. ")
 
@@ -46,7 +46,7 @@ def load(engine: str, threads: int | None):
 
     backend, dtype = ENGINES[engine]
     if backend == "vllm":
-        return load_chat_model("vllm:smollm2-135m", max_model_len=2048)
+        return load_chat_model("vllm:smollm2-135m", max_model_len=2048, dtype=dtype)
     return load_chat_model("transformers:smollm2-135m", dtype=dtype, threads=threads)
 
 
@@ -81,7 +81,7 @@ def main() -> None:
 
     wanted = args.engines.split(",")
     if any(ENGINES.get(e, ("",))[0] == "vllm" for e in wanted) and not vllm_available():
-        if VLLM_PYTHON.exists() and Path(sys.executable).resolve() != VLLM_PYTHON.resolve():
+        if VLLM_PYTHON.exists() and Path(sys.prefix).resolve() != VLLM_PYTHON.parent.parent.resolve():
             # One process holds every engine, so they can take turns on the same machine load.
             os.execv(str(VLLM_PYTHON), [str(VLLM_PYTHON), *sys.argv])
         print("no vLLM here and no .venv-vllm (make setup-vllm): measuring transformers only", file=sys.stderr)
@@ -125,12 +125,14 @@ def main() -> None:
         "load_average_at_end": list(os.getloadavg()),
         "engines": engines,
     }
-    for engine, key in (("hf-fp32", "hf_fp32"), ("hf-bf16", "hf_bf16"), ("vllm-bf16", "vllm_bf16")):
+    for engine, key in (("hf-fp32", "hf_fp32"), ("hf-bf16", "hf_bf16"), ("vllm-bf16", "vllm_bf16"),
+                        ("vllm-fp32", "vllm_fp32")):
         for b in batch_sizes:
             if b in tok_s.get(engine, {}):
                 result[f"{key}_b{b}_tok_s"] = tok_s[engine][b]
     if "hf_fp32_b16_tok_s" in result:
-        for key, name in (("hf_bf16_b16_tok_s", "bf16_over_fp32_b16"), ("vllm_bf16_b16_tok_s", "vllm_over_fp32_b16")):
+        for key, name in (("hf_bf16_b16_tok_s", "bf16_over_fp32_b16"), ("vllm_bf16_b16_tok_s", "vllm_over_fp32_b16"),
+                          ("vllm_fp32_b16_tok_s", "vllm_fp32_over_fp32_b16")):
             if key in result:
                 result[name] = round(result[key] / result["hf_fp32_b16_tok_s"], 2)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -239,6 +240,19 @@ def render_ops(agent: str, ops: list[Op]) -> str:
             raise ValueError("core writes exactly one operation")
         return json.dumps(op_to_dict(ops[0]), ensure_ascii=False)
     return json.dumps({"operations": [op_to_dict(op) for op in ops]}, ensure_ascii=False)
+
+
+def entry_texts(ops: Sequence[Op]) -> list[str]:
+    """Every text that entry operations write or quote: what applying them embeds."""
+    texts: list[str] = []
+    for op in ops:
+        if isinstance(op, Add):
+            texts.append(op.memory)
+        elif isinstance(op, Update):
+            texts += [op.new_memory, op.old_memory]
+        elif isinstance(op, Merge):
+            texts += [op.new_memory, *op.old_memories]
+    return texts
 
 
 def written_text(ops: list[Op]) -> str:

@@ -133,7 +133,7 @@ def interactive(world: Path, sizes: DemoSizes, model, embedder, model_spec: str,
                 progress: Progress, assistants: tuple[str, ...] = ASSISTANTS, workers: int = 1) -> dict[str, Any]:
     """The interactive evaluation of each assistant (oracle is the upper bound); results per assistant.
     With ``workers`` > 1 the users are split over that many processes of one torch thread each."""
-    from memgym_env.interactive_runner import RunConfig, evaluate_one
+    from memgym_env.interactive.runner import RunConfig, evaluate_one
     from memgym_env.world import read_world
 
     cfgs = [RunConfig(world=str(world), assistant=name, out=str(out / "runs" / name), model=model_spec,
@@ -142,7 +142,7 @@ def interactive(world: Path, sizes: DemoSizes, model, embedder, model_spec: str,
                       factual_recall=False) for name in assistants]
     workers = min(workers, sizes.eval_users)
     if workers > 1:
-        from memgym_env.interactive_workers import evaluate_parallel
+        from memgym_env.interactive.workers import evaluate_parallel
 
         progress.set(f"interactive · {', '.join(assistants)}", f"starting {workers} workers")
 

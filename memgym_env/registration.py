@@ -17,6 +17,6 @@ def register_envs() -> None:
     if "MemoryGym-Interactive-v0" not in registered:
         gym.register(
             id="MemoryGym-Interactive-v0",
-            entry_point="memgym_env.interactive:InteractiveEnv",
+            entry_point="memgym_env.interactive.env:InteractiveEnv",
             nondeterministic=False,
         )

@@ -44,22 +44,44 @@ def _norm(text: str) -> str:
 
 def gold_in_context(item: QAItem, context: str) -> bool:
     """Evidence mode: the gold fact (or any listed phrasing of it) appears in the context."""
-    golds = [item.answer or ""] + list(item.meta.get("phrasings", []))
-    ctx = _norm(context)
-    for gold in golds:
-        g = _norm(str(gold))
-        if not g:
-            continue
+    return _golds_in(_golds(item), _norm(context))
+
+
+def _golds(item: QAItem) -> list[str]:
+    golds = [_norm(str(g)) for g in [item.answer or ""] + list(item.meta.get("phrasings", []))]
+    return [g for g in golds if g]
+
+
+def _golds_in(golds: Sequence[str], ctx: str) -> bool:
+    ctx_words = None
+    for g in golds:
         if g in ctx:
             return True
         words = [w for w in g.split() if len(w) > 2]
-        if len(words) >= 3 and sum(w in ctx.split() for w in words) >= 0.8 * len(words):
-            return True
+        if len(words) >= 3:
+            ctx_words = set(ctx.split()) if ctx_words is None else ctx_words
+            if sum(w in ctx_words for w in words) >= 0.8 * len(words):
+                return True
     return False
 
 
-def _context_text(bank: MemoryBank, hits: Sequence[Hit]) -> str:
-    return bank.core.text + "\n" + "\n".join(h.entry.text for h in hits)
+def _evidence_rows(forks: Sequence[MemoryBank], hits_of: Sequence[Sequence[Sequence[Hit]]],
+                   questions: Sequence[QAItem], rows: list[list[dict]]) -> None:
+    # Candidates often read the same Core and the same hits: each distinct context is checked
+    # once, and each text normalised once (normalising the parts and joining them equals
+    # normalising the joined context: no word spans the line breaks between them).
+    golds = [_golds(q) for q in questions]
+    normed: dict[str, str] = {}
+    found: dict[tuple, bool] = {}
+    for c, fork in enumerate(forks):
+        for i in range(len(questions)):
+            texts = (fork.core.text, *(h.entry.text for h in hits_of[c][i]))
+            key = (i, texts)
+            if key not in found:
+                parts = [normed[t] if t in normed else normed.setdefault(t, _norm(t)) for t in texts]
+                found[key] = _golds_in(golds[i], " ".join(x for x in parts if x))
+            rows[c][i]["correct"] = found[key]
+            rows[c][i]["answer"] = "found" if found[key] else "absent"
 
 
 def answer_questions(forks: Sequence[MemoryBank], hits_of: Sequence[Sequence[Sequence[Hit]]],
@@ -70,10 +92,7 @@ def answer_questions(forks: Sequence[MemoryBank], hits_of: Sequence[Sequence[Seq
               "answer_cut": False, "verdict_cut": False}
              for q in questions] for _ in forks]
     if mode == "evidence":
-        for c, fork in enumerate(forks):
-            for i, q in enumerate(questions):
-                rows[c][i]["correct"] = gold_in_context(q, _context_text(fork, hits_of[c][i]))
-                rows[c][i]["answer"] = "found" if rows[c][i]["correct"] else "absent"
+        _evidence_rows(forks, hits_of, questions, rows)
         return rows
     if mode not in ANSWER_MODES:
         raise ValueError(f"answer mode {mode!r}; expected one of {ANSWER_MODES}")

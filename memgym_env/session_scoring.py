@@ -17,9 +17,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from membuilder import reward as R
-from membuilder.memory import Applied, EmbeddingCache, Hit, MemoryBank, retrieve_across
-from membuilder.ops import AGENTS, parse, written_text
+from membuilder.memory import (
+    MEMORY_TYPES,
+    Applied,
+    CoreBlock,
+    EmbeddingCache,
+    Hit,
+    MemoryBank,
+    search_stores,
+)
+from membuilder.ops import AGENTS, Parsed, entry_texts, parse, written_text
 from memgym_env.conversation import QAItem, Session
 from memgym_env.session_answers import ANSWER_MODES, ScoringModels, answer_questions
 
@@ -64,21 +74,67 @@ def token_counter(models: ScoringModels):
 
 def apply_candidates(snapshot: MemoryBank, session: Session,
                      candidates: Sequence[Mapping[str, str]]) -> tuple[list[MemoryBank], list[dict[str, Applied]]]:
-    """Stage 1: a fork of the snapshot per candidate, with the candidate's four outputs applied."""
+    """Stage 1: each candidate's memory, the snapshot plus the candidate's four outputs applied.
+
+    G rollouts of one prompt repeat themselves, so work is shared, never the result: an output
+    written by several candidates is parsed once; every new entry of every candidate is embedded
+    in one batch; candidates with the same Episodic, Semantic and Procedural outputs write those
+    entries once, into one fork, and read it with their own Core block (``MemoryBank.with_core``:
+    the store is shared, so fork a returned bank before writing into it). Core edits touch only
+    the Core block and entry writes only the store, so applying them apart gives the same memory,
+    entry ids included, as applying all four outputs to one fork in order.
+    """
+    outputs = [cand if isinstance(cand, Mapping) else {} for cand in candidates]
+    parsed: dict[tuple[str, object], Parsed] = {}
+    for out in outputs:
+        for a in AGENTS:
+            text = out.get(a, "")
+            key = (a, text if isinstance(text, str) else repr(text))
+            if key not in parsed:
+                parsed[key] = parse(a, text)
+    keys = [{a: (a, o.get(a, "") if isinstance(o.get(a, ""), str) else repr(o.get(a, ""))) for a in AGENTS}
+            for o in outputs]
+    written = [t for p in parsed.values() if p.valid and p.agent in MEMORY_TYPES for t in entry_texts(p.ops)]
+    if written:
+        snapshot.cache.embed(written)  # one embedding batch for all candidates' new entries
+
+    stores: dict[tuple, tuple[MemoryBank, dict[str, Applied]]] = {}
+    cores: dict[tuple, tuple[CoreBlock, Applied]] = {}
     forks, applied = [], []
-    for cand in candidates:
-        fork = snapshot.fork()
-        text = cand if isinstance(cand, Mapping) else {}
-        applied.append({a: fork.apply(a, text.get(a, ""), time=session.time, session=session.id) for a in AGENTS})
-        forks.append(fork)
+    for key in keys:
+        entries_key = tuple(key[a] for a in MEMORY_TYPES)
+        if entries_key not in stores:
+            fork = snapshot.fork()
+            stores[entries_key] = fork, {a: fork.apply_parsed(parsed[key[a]], time=session.time, session=session.id)
+                                         for a in MEMORY_TYPES}
+        if key["core"] not in cores:
+            core_bank = snapshot.fork()  # O(1); only its Core block is written and kept
+            done = core_bank.apply_parsed(parsed[key["core"]], time=session.time, session=session.id)
+            cores[key["core"]] = core_bank.core, done
+        fork, entry_done = stores[entries_key]
+        core, core_done = cores[key["core"]]
+        forks.append(fork.with_core(core.copy()))
+        applied.append({"core": core_done, **entry_done})
     return forks, applied
 
 
 def retrieve_for_questions(forks: Sequence[MemoryBank], questions: Sequence[QAItem], k: int) -> list[list[list[Hit]]]:
-    """Stage 2a: each fork's top-k for each question, in one batched search over the shared snapshot."""
-    flat = retrieve_across([f for f in forks for _ in questions], [q.question for q in questions] * len(forks), k=k)
+    """Stage 2a: each fork's top-k for each question, in one batched search over the shared snapshot.
+
+    Forks that share a store (candidates with the same entry writes) read it once and get the
+    same hit lists.
+    """
+    if not forks or not questions:
+        return [[] for _ in forks]
+    first: dict[int, int] = {}  # id(store) -> index of its first reader
+    for c, fork in enumerate(forks):
+        first.setdefault(id(fork.store), c)
+    readers = list(first.values())
+    vectors = forks[0].cache.embed([q.question for q in questions])
+    flat = search_stores([forks[c].store for c in readers for _ in questions], np.tile(vectors, (len(readers), 1)), k)
     n = len(questions)
-    return [flat[c * n:(c + 1) * n] for c in range(len(forks))]
+    hits_of = {c: flat[j * n:(j + 1) * n] for j, c in enumerate(readers)}
+    return [hits_of[first[id(fork.store)]] for fork in forks]
 
 
 def reward_candidates(applied: Sequence[Mapping[str, Applied]], answers: Sequence[Sequence[dict]] | None,
@@ -89,13 +145,26 @@ def reward_candidates(applied: Sequence[Mapping[str, Applied]], answers: Sequenc
     expert_text = {a: written_text(parse(a, expert_output[a]).ops) if expert_output and a in expert_output else ""
                    for a in AGENTS}
     tokens_expert = R.written_tokens(expert_text, count_tokens)
+    tokens: dict[str, int] = {}  # candidates repeat each other's texts: each is counted once
+
+    def count(text: str) -> int:
+        if text not in tokens:
+            tokens[text] = count_tokens(text)
+        return tokens[text]
+
+    counts_of: dict[int, dict[str, int]] = {}  # candidates sharing a store share their hit lists
     out = []
     for c, done in enumerate(applied):
         rows = answers[c] if answers is not None else []
         task = sum(r["correct"] for r in rows) / len(rows) if answers is not None else None
-        counts = R.attribution_counts([h.type for h in hits] for hits in hits_of[c]) if hits_of is not None else None
+        counts = None
+        if hits_of is not None:
+            key = id(hits_of[c])
+            if key not in counts_of:
+                counts_of[key] = R.attribution_counts([h.type for h in hits] for hits in hits_of[c])
+            counts = counts_of[key]
         out.append(R.candidate_reward(
-            {a: done[a].valid for a in AGENTS}, R.written_tokens({a: done[a].new_text for a in AGENTS}, count_tokens),
+            {a: done[a].valid for a in AGENTS}, R.written_tokens({a: done[a].new_text for a in AGENTS}, count),
             tokens_expert, task_reward=task, counts=counts, lam=lam, alpha=alpha, rule=rule,
             info={"errors": {a: done[a].errors for a in AGENTS if done[a].errors},
                   "warnings": {a: done[a].warnings for a in AGENTS if done[a].warnings},

@@ -24,7 +24,7 @@ OUT = ROOT / "docs" / "configuration.md"
 def sections():
     from memgym_env.construction_config import ConstructionConfig
     from memgym_env.demo import DemoSizes
-    from memgym_env.interactive_runner import RunConfig
+    from memgym_env.interactive.runner import RunConfig
     from memgym_env.world.config import SessionQAConfig, WorldConfig
     from train.adrpo import ADRPOScriptArgs
     from train.common import EnvArgs

@@ -123,32 +123,6 @@ def test_calibrated_judge_cuts_at_the_threshold_fitted_on_the_controls(smollm, t
 
 
 @pytest.mark.slow
-def test_callback_logs_scores_inside_a_two_step_training_run(smollm, tmp_path):
-    from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
-
-    from memgym_env.benchmarks.callback import BenchmarkEvalCallback
-
-    tok = smollm.tokenizer
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                         num_attention_heads=2, num_key_value_heads=2))
-    ids = tok("Caroline went to a support group.", return_tensors="pt")["input_ids"][0]
-    data = [{"input_ids": ids, "labels": ids}] * 4
-    cfg = EvalConfig(benchmark="locomo", data=str(LOCOMO), out=str(tmp_path / "cb"), system="oracle-evidence",
-                     limit=2, answer_max_tokens=4, judge_max_tokens=4)
-    cb = BenchmarkEvalCallback(cfg, every_n_steps=1, policy_roles=("answerer",), models={"judge": smollm})
-    args = TrainingArguments(output_dir=str(tmp_path / "t"), max_steps=2, per_device_train_batch_size=1, use_cpu=True,
-                             report_to="none", logging_steps=1, save_strategy="no", learning_rate=1e-3)
-    trainer = Trainer(model=model, args=args, train_dataset=data, processing_class=tok, callbacks=[cb])
-    cb.attach(trainer)
-    trainer.train()
-    assert [h["step"] for h in cb.history] == [1, 2]
-    assert {"eval/locomo/headline", "eval/locomo/2-temporal"} <= set(cb.history[-1])
-    logged = [h for h in trainer.state.log_history if "eval/locomo/headline" in h]
-    assert len(logged) == 2 and model.training
-    assert (tmp_path / "cb" / "step-2" / "results.json").exists()
-
-
-@pytest.mark.slow
 def test_perltqa_end_to_end_reports_memory_classification(smollm, tmp_path):
     cfg = EvalConfig(benchmark="perltqa", data=str(PERL_MEM), out=str(tmp_path), system="oracle-evidence",
                      limit=3, answer_max_tokens=12, judge_max_tokens=8)

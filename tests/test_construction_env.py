@@ -106,6 +106,25 @@ def test_candidates_are_scored_from_one_snapshot_in_any_order(env):
     assert len(env.snapshot) == before  # scoring does not move the environment
 
 
+def test_each_candidate_scored_with_the_others_gets_its_reward_alone(env):
+    """G rollouts share parsing, embedding, stores and evidence checks; never a reward."""
+    from membuilder.ops import Add, render_ops
+
+    extra = render_ops("semantic", [Add("Weekend plans: visiting the coast | Details: mentioned in passing")])
+    noop = '{"operations": []}'
+    env.reset(seed=0, options={"episode": 0})
+    for _ in range(3):  # an empty snapshot, then the expert's memory of one and two sessions
+        expert = env.expert_action()
+        cands = [expert, expert | {"semantic": noop}, expert | {"procedural": noop}, expert | {"episodic": noop},
+                 expert | {"core": "not json"}, expert | {"semantic": extra}, expert, EMPTY]
+        together = env.score_candidates(cands)
+        alone = [env.score_candidates([c])[0] for c in cands]
+        assert together == alone  # rewards, weights, validity, penalties, every question's answer
+        assert together[0] == together[6]  # a repeated rollout: the same reward
+        assert len({r.reward for r in together}) >= 3  # the rollouts really differ
+        env.step(expert)
+
+
 def test_expert_snapshot_restores_expert_memory_but_on_policy_keeps_own_writes():
     expert_env = MemoryGymEnv(answer_mode="evidence", world_overrides=SMALL, snapshot="expert")
     expert_env.reset(seed=0, options={"episode": 0})

@@ -10,8 +10,10 @@ import pytest
 from membuilder.agents.assistant import Assistant
 from membuilder.agents.assistants import ASSISTANTS, make_assistant
 from membuilder.agents.choice import score_options
-from memgym_env.interactive import parse_answer
-from memgym_env.interactive_runner import RunConfig, evaluate_one, period_dir
+from memgym_env.interactive import evolution
+from memgym_env.interactive.env import parse_answer
+from memgym_env.interactive.run_files import period_dir
+from memgym_env.interactive.runner import RunConfig, evaluate_one
 from memgym_env.world import WorldConfig, generate_world, write_world
 
 pytestmark = pytest.mark.slow
@@ -158,8 +160,6 @@ def test_llm_simulator_writes_follow_ups_that_never_name_a_value(model, tiny_wor
 
 
 def test_self_evolution_rewrites_the_guide_with_the_real_model(model, embedder):
-    from memgym_env import evolution
-
     awe = make_assistant("awe", model, embedder, reply_tokens=8, write_tokens=16)
     before = awe.guide
     questions = [{"question": "What pet do I have?", "choices": ["a cat", "a beagle"], "choice": 0, "correct_index": 1,

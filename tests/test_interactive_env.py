@@ -9,8 +9,15 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import memgym_env  # noqa: F401  (registers the environments)
-from memgym_env.evolution import feedback_text
-from memgym_env.interactive import MESSAGE, PROBE, QUESTION, InteractiveEnv, choice_or_random, parse_answer
+from memgym_env.interactive.env import (
+    MESSAGE,
+    PROBE,
+    QUESTION,
+    InteractiveEnv,
+    choice_or_random,
+    parse_answer,
+)
+from memgym_env.interactive.evolution import feedback_text
 from memgym_env.simulator import ReplaySimulator, TemplateSimulator
 from memgym_env.world import WorldConfig, generate_world
 

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from memgym_env.interactive_runner import RunConfig, evaluate_one, period_dir
-from memgym_env.interactive_workers import evaluate_parallel
+from memgym_env.interactive.run_files import period_dir
+from memgym_env.interactive.runner import RunConfig, evaluate_one
+from memgym_env.interactive.workers import evaluate_parallel
 from memgym_env.world import WorldConfig, generate_world, write_world
 
 pytestmark = pytest.mark.slow

@@ -94,7 +94,14 @@ def test_bad_conversations_raise_errors_that_name_the_item(model):
         model.generate([ask("hi")], Sampling(n=0))
 
 
-def test_prompts_sharing_a_memory_prefix_score_as_if_run_alone(model):
+@pytest.fixture(scope="module")
+def bf16_model():
+    from membuilder.llm import load_chat_model
+
+    return load_chat_model("transformers:smollm2-135m", dtype="bfloat16", threads=1)
+
+
+def _shared_prefix_scores_match_alone(model, tolerance: float):
     import membuilder.llm.transformers_backend as tb
 
     memory = "Memory:\n" + "\n".join(f"{i}. The user moved to Lyon in 202{i % 10} and walks a beagle." for i in range(12))
@@ -105,13 +112,23 @@ def test_prompts_sharing_a_memory_prefix_score_as_if_run_alone(model):
     assert tb._shared_prefix(rows) >= tb.MIN_SHARED_PREFIX  # the shared-prefix path is the one taken
     shared = model.choice_logprobs_batch(convs, [["1", "2", "3"]] * 3)
     alone = [model.choice_logprobs_batch([c], [["1", "2", "3"]])[0] for c in convs]
-    # bfloat16 (the default on CPUs with AMX / AVX512-BF16) rounds the body's activations, and the
-    # two paths run different matrix shapes: they agree to 0.2 nats (0.15 seen) and pick the same
-    # option; float32 agrees to 1e-4. bench/bf16_agreement.py checks the decisions at scale.
-    tolerance = 0.2 if model.dtype == "bfloat16" else 1e-4
     for s, a in zip(shared, alone, strict=True):
         assert s == pytest.approx(a, abs=tolerance)
         assert s.index(max(s)) == a.index(max(a))
+
+
+def test_prompts_sharing_a_memory_prefix_score_as_if_run_alone_in_bf16(bf16_model):
+    """bfloat16 (the default on CPUs with AMX) rounds the body's activations, and the two paths
+    run different matrix shapes: they agree to 0.2 nats (0.15 seen) and pick the same option.
+    bench/bf16_agreement.py checks the decisions at scale."""
+    assert bf16_model.dtype == "bfloat16"
+    _shared_prefix_scores_match_alone(bf16_model, 0.2)
+
+
+def test_prompts_sharing_a_memory_prefix_score_as_if_run_alone(model):
+    import membuilder.llm.transformers_backend as tb
+
+    _shared_prefix_scores_match_alone(model, 0.2 if model.dtype == "bfloat16" else 1e-4)
     assert tb._shared_prefix([[1, 2, 3], [1, 2, 3]]) == 2  # each row keeps a token of its own
     assert tb._shared_prefix([[1, 2], [3]]) == 0
 

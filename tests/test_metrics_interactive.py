@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from memgym_env import metrics
+from memgym_env.interactive import metrics
 
 
 def test_accuracy_per_user_and_period_with_a_missing_period():

@@ -44,11 +44,11 @@ def test_lora_on_a_bf16_base_keeps_fp32_adapters_and_learns_like_fp32(tmp_path):
 
 
 def test_auto_dtype_is_bf16_only_for_a_frozen_base_on_bf16_hardware():
-    from membuilder.llm.transformers_backend import cpu_has_bf16
+    from membuilder.llm.transformers_backend import cpu_bf16_is_fast
 
     if torch.cuda.is_available():
         pytest.skip("on a GPU auto is bfloat16 either way")
-    frozen = torch.bfloat16 if cpu_has_bf16() else torch.float32
+    frozen = torch.bfloat16 if cpu_bf16_is_fast() else torch.float32
     assert policy_dtype("auto", frozen_base=True) == frozen
     assert policy_dtype(None, frozen_base=True) == frozen
     assert policy_dtype("auto", frozen_base=False) == torch.float32  # full fine-tuning keeps fp32 weights

@@ -21,7 +21,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from train.common import (  # noqa: E402
+    BenchmarkEvalArgs,
     EnvArgs,
+    add_benchmark_eval,
     chosen_episodes,
     expert_records,
     load_policy,
@@ -32,7 +34,7 @@ from train.common import (  # noqa: E402
 
 
 @dataclass
-class ADRPOScriptArgs(EnvArgs):
+class ADRPOScriptArgs(EnvArgs, BenchmarkEvalArgs):
     scorer: str = field(default="env", metadata={"help": "'env' (MemoryGym-v0 session reward) or 'format'."})
     eval_users: str | None = field(default=None, metadata={
         "help": "Users whose sessions are evaluated every eval_steps (same reward, no training), e.g. '18-19'."})
@@ -92,6 +94,7 @@ def build(argv=None):
           f"alpha={script.construction_config().alpha}, G={args.num_generations}")
     trainer = ADRPOTrainer(model=model, args=args, scorer=scorer, train_dataset=train_rows, eval_dataset=eval_rows,
                            processing_class=tokenizer, peft_config=peft_from(model_args))
+    add_benchmark_eval(trainer, script)
     return trainer, script, tokenizer
 
 

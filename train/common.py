@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from membuilder.agents.constructor import build_observation
 from membuilder.training.trajectories import write_jsonl
+from memgym_env.benchmarks.runner import EvalConfig
 from memgym_env.construction_config import ConstructionConfig
 from memgym_env.episodes import Episode, expert_snapshots, load_episodes
 
@@ -41,9 +43,61 @@ class EnvArgs:
             self.env_overrides = yaml.safe_load(self.env_overrides) or {}
         if not isinstance(self.env_overrides, dict):
             raise ValueError(f"env_overrides must be a mapping of ConstructionConfig fields; got {self.env_overrides!r}")
+        if hasattr(super(), "__post_init__"):  # script args mix EnvArgs with BenchmarkEvalArgs
+            super().__post_init__()
 
     def construction_config(self) -> ConstructionConfig:
         return ConstructionConfig.from_yaml(self.env_config, **self.env_overrides)
+
+
+@dataclass
+class BenchmarkEvalArgs:
+    """A LoCoMo / LongMemEval / PerLTQA sample scored with the policy every N optimizer steps.
+
+    ``benchmark_eval`` holds ``memgym eval``'s own fields (``EvalConfig``: benchmark, data, system,
+    limit, answerer, judge, ...); left empty, nothing is evaluated. The policy plays the roles in
+    ``benchmark_eval_roles``; the other roles load from the mapping's model specs once. Scores are
+    logged as ``eval/<benchmark>/<category>`` through the trainer, and each evaluation writes into
+    ``<out>/step-<n>`` (``out`` defaults to ``<output_dir>/benchmark_eval``).
+    """
+
+    benchmark_eval: str = field(default="{}", metadata={
+        "help": "EvalConfig fields of the benchmark sample to evaluate during training: a YAML mapping in a config "
+                "file, JSON on the command line; empty: no evaluation."})
+    benchmark_eval_steps: int = field(default=100, metadata={"help": "Evaluate every N optimizer steps."})
+    benchmark_eval_roles: str = field(default="model", metadata={
+        "help": "Roles the policy plays, comma-separated: model (the membuilder system's memory constructor), "
+                "answerer, judge."})
+
+    def __post_init__(self) -> None:
+        if isinstance(self.benchmark_eval, str):
+            self.benchmark_eval = yaml.safe_load(self.benchmark_eval) or {}
+        if not isinstance(self.benchmark_eval, dict):
+            raise ValueError(f"benchmark_eval must be a mapping of EvalConfig fields; got {self.benchmark_eval!r}")
+        if hasattr(super(), "__post_init__"):
+            super().__post_init__()
+
+
+def add_benchmark_eval(trainer, script: BenchmarkEvalArgs):
+    """Attach the benchmark callback to ``trainer`` when ``script.benchmark_eval`` is set; returns it (or None)."""
+    if not script.benchmark_eval:
+        return None
+    # The callback subclasses transformers' TrainerCallback: imported only when it is used.
+    from train.benchmark_callback import BenchmarkEvalCallback
+
+    fields = {"out": str(Path(trainer.args.output_dir) / "benchmark_eval"), **script.benchmark_eval}
+    try:
+        config = EvalConfig(**fields)
+    except TypeError as exc:
+        raise SystemExit(f"benchmark_eval: {exc}; its keys are memgym eval's EvalConfig fields "
+                         f"(see docs/configuration.md)") from exc
+    roles = tuple(r.strip() for r in script.benchmark_eval_roles.split(",") if r.strip())
+    unknown = set(roles) - {"model", "answerer", "judge"}
+    if unknown:
+        raise SystemExit(f"benchmark_eval_roles: {sorted(unknown)} are not roles; expected model, answerer, judge")
+    callback = BenchmarkEvalCallback(config, every_n_steps=script.benchmark_eval_steps, policy_roles=roles)
+    trainer.add_callback(callback)
+    return callback.attach(trainer)
 
 
 def parse_users(spec: str) -> list[int]:
@@ -105,18 +159,18 @@ def require_vllm(use_vllm: bool, mode: str = "colocate") -> None:
 
 def policy_dtype(dtype: str | None, frozen_base: bool):
     """The dtype a policy trains in. ``auto``: bfloat16 on a GPU; on a CPU with bf16 hardware
-    (AMX / AVX512-BF16) bfloat16 only under LoRA, where the frozen base runs 4x faster in bf16 and
+    (AMX) bfloat16 only under LoRA, where the frozen base runs several times faster in bf16 and
     the adapter (PEFT keeps it in float32) takes the updates; a fully trained model stays float32
     there, since bf16 weights would round away small optimizer steps."""
     import torch
 
-    from membuilder.llm.transformers_backend import cpu_has_bf16
+    from membuilder.llm.transformers_backend import cpu_bf16_is_fast
 
     if dtype not in (None, "auto"):
         return getattr(torch, dtype)
     if torch.cuda.is_available():
         return torch.bfloat16
-    return torch.bfloat16 if frozen_base and cpu_has_bf16() else torch.float32
+    return torch.bfloat16 if frozen_base and cpu_bf16_is_fast() else torch.float32
 
 
 def load_policy(model_name_or_path: str, dtype: str | None = None, frozen_base: bool = False):

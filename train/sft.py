@@ -17,11 +17,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from train.common import EnvArgs, chosen_episodes, expert_records, load_policy, parse_users, peft_from  # noqa: E402
+from train.common import (  # noqa: E402
+    BenchmarkEvalArgs,
+    EnvArgs,
+    add_benchmark_eval,
+    chosen_episodes,
+    expert_records,
+    load_policy,
+    parse_users,
+    peft_from,
+)
 
 
 @dataclass
-class SFTScriptArgs(EnvArgs):
+class SFTScriptArgs(EnvArgs, BenchmarkEvalArgs):
     expert: str = field(default="oracle", metadata={"help": "'oracle' or a chat model spec playing the expert."})
     conversations: list[str] = field(default_factory=list, metadata={
         "help": "Conversation JSON files for an LLM expert (instead of world users)."})
@@ -74,6 +83,7 @@ def build(argv=None):
     print(f"SFT rows: {len(dataset)} ({len(rows) // 4} sessions x 4 agents)")
     model, tokenizer, _ = load_policy(model_args.model_name_or_path, model_args.dtype, frozen_base=model_args.use_peft)
     trainer = build_sft_trainer(model, tokenizer, dataset, sft_args, peft_config=peft_from(model_args))
+    add_benchmark_eval(trainer, script)
     return trainer, script, tokenizer
 
 

@@ -12,7 +12,7 @@ String specs (CLI flags, quick configs):
 
 Which engine runs a short name like ``smollm2-135m`` when the spec names none: vLLM where this
 interpreter has it (``.venv-vllm``, built by ``make setup-vllm``, or a GPU install), else
-transformers (bfloat16 on CPUs with AMX or AVX512-BF16, float32 on other CPUs).
+transformers (bfloat16 on CPUs with AMX, float32 on other CPUs).
 ``$MEMGYM_ENGINE=transformers`` (or ``vllm``) fixes the choice for a whole process.
 
 Mapping specs (YAML), every key optional but ``model``::

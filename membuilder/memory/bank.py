@@ -12,17 +12,18 @@ from membuilder.llm.embedders import Embedder
 from membuilder.memory.core import CORE_LIMIT, Compressor, CoreBlock, CoreEvent
 from membuilder.memory.embedding_cache import EmbeddingCache
 from membuilder.memory.entry import MEMORY_TYPES, Entry, Hit
+from membuilder.memory.persist import read_bank, save_bank
 from membuilder.memory.store import VectorStore, search_stores
 from membuilder.ops import (
     Add,
     CoreAppend,
     CoreReplace,
     CoreRewrite,
-    Merge,
     Op,
     Parsed,
     Skip,
     Update,
+    entry_texts,
     parse,
     written_text,
 )
@@ -100,15 +101,7 @@ class MemoryBank:
         raise TypeError(f"not a core operation: {op!r}")
 
     def _apply_entries(self, mtype: str, ops: Sequence[Op], time: str | None, session: str | None, out: Applied) -> None:
-        # One embedder call for everything this output writes or quotes.
-        texts = []
-        for op in ops:
-            if isinstance(op, Add):
-                texts.append(op.memory)
-            elif isinstance(op, Update):
-                texts += [op.new_memory, op.old_memory]
-            elif isinstance(op, Merge):
-                texts += [op.new_memory, *op.old_memories]
+        texts = entry_texts(ops)  # one embedder call for everything this output writes or quotes
         if texts:
             self.cache.embed(texts)
         for i, op in enumerate(ops):
@@ -220,17 +213,32 @@ class MemoryBank:
         child._next_id = self._next_id
         return child
 
-    def save(self, path: str | Path) -> Path:
-        from membuilder.memory.persist import save_bank
+    def with_core(self, core: CoreBlock) -> MemoryBank:
+        """A bank that reads this bank's entries (the same store object, not a copy) with ``core``.
 
+        Scoring G candidates: those that wrote the same entries but different Core blocks share
+        one store, so its writes are applied and searched once. Writing entries into either bank
+        shows in both; fork one first.
+        """
+        twin = MemoryBank.__new__(MemoryBank)
+        twin.cache = self.cache
+        twin.core = core
+        twin.store = self.store
+        twin._next_id = self._next_id
+        return twin
+
+    def save(self, path: str | Path) -> Path:
         return save_bank(self, Path(path))
 
     @classmethod
     def load(cls, path: str | Path, embedder: Embedder | None = None, *, cache: EmbeddingCache | None = None,
              compressor: Compressor | None = None) -> MemoryBank:
-        from membuilder.memory.persist import load_bank
-
-        return load_bank(Path(path), embedder=embedder, cache=cache, compressor=compressor)
+        parts = read_bank(Path(path), embedder=embedder, cache=cache, compressor=compressor)
+        bank = cls(cache=parts.cache, compressor=compressor)
+        bank.core = parts.core
+        bank.store.restore(parts.chain, parts.next_seq)
+        bank._next_id = parts.next_id
+        return bank
 
 
 def retrieve_across(

@@ -7,6 +7,9 @@ serialised HNSW graph as bytes), so a loaded bank searches exactly like the save
 A save writes a complete sibling folder first, then swaps it in with two renames. A crash before
 the swap leaves the old folder untouched; a crash between the two renames leaves the old folder
 under a ``.old`` name, which ``load`` finds and uses. Either way the previous bank survives.
+
+This module reads and writes a bank's parts and never imports ``MemoryBank``: ``MemoryBank.save``
+and ``MemoryBank.load`` call it and assemble the bank.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import json
 import os
 import shutil
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -113,9 +117,19 @@ def _recover(path: Path) -> Path:
     raise FileNotFoundError(f"no memory bank at {path} (expected {path / 'bank.json'})")
 
 
-def load_bank(path: Path, embedder=None, cache: EmbeddingCache | None = None, compressor: Compressor | None = None):
-    from membuilder.memory.bank import MemoryBank
+@dataclass
+class BankParts:
+    """What a bank folder holds, checked and ready to assemble into a ``MemoryBank``."""
 
+    cache: EmbeddingCache  # seeded with every stored entry's vector
+    core: CoreBlock
+    chain: tuple[Segment, ...]  # the store's sealed segments, oldest first
+    next_seq: int
+    next_id: int
+
+
+def read_bank(path: Path, embedder=None, cache: EmbeddingCache | None = None,
+              compressor: Compressor | None = None) -> BankParts:
     folder = _recover(Path(path))
     meta_file = folder / "bank.json"
     try:
@@ -145,13 +159,13 @@ def load_bank(path: Path, embedder=None, cache: EmbeddingCache | None = None, co
 
     # Quoted memories (UPDATE/MERGE) are looked up by text; seeding the cache saves re-embedding them.
     cache.put([e.text for e in entries], vectors)
-    bank = MemoryBank(cache=cache, compressor=compressor)
     core = meta.get("core") or {}
-    bank.core = CoreBlock(
+    default = CoreBlock()
+    core_block = CoreBlock(
         text=core.get("text", ""),
-        limit=core.get("limit", bank.core.limit),
+        limit=core.get("limit", default.limit),
         compressor=compressor,
-        compress_target=core.get("compress_target", bank.core.compress_target),
+        compress_target=core.get("compress_target", default.compress_target),
         events=[CoreEvent(**e) for e in core.get("events", [])],
     )
     chain, start = [], 0
@@ -161,7 +175,5 @@ def load_bank(path: Path, embedder=None, cache: EmbeddingCache | None = None, co
                   if t in MEMORY_TYPES}
         chain.append(Segment(entries[start:end], vectors[start:end], seqs[start:end], graphs))
         start = end
-    bank.store._chain = tuple(chain)
-    bank.store._next_seq = int(meta.get("next_seq", len(entries)))
-    bank._next_id = int(meta.get("next_id", len(entries)))
-    return bank
+    return BankParts(cache, core_block, tuple(chain), int(meta.get("next_seq", len(entries))),
+                     int(meta.get("next_id", len(entries))))

@@ -74,6 +74,13 @@ class VectorStore:
             chain[-1] = merge_segments([chain[-1], newer])
         self._chain = tuple(chain)
 
+    def restore(self, chain: Sequence[Segment], next_seq: int) -> None:
+        """Load a saved layout into an empty store (``MemoryBank.load``), segments as they were saved."""
+        if len(self):
+            raise ValueError("restore needs an empty store")
+        self._chain = tuple(chain)
+        self._next_seq = int(next_seq)
+
     def fork(self) -> VectorStore:
         self._seal()
         child = VectorStore.__new__(VectorStore)
@@ -186,30 +193,38 @@ def search_stores(
         for seg in segs:
             plan.setdefault(id(seg), (seg, set()))[1].add(qslot[i])
 
-    found: dict[tuple[int, int], np.ndarray] = {}  # (segment id, query slot) -> candidate rows
+    # Each segment's top-k for each distinct query, exactly re-scored and ranked once, whatever
+    # number of stores read it. Row-wise products summed along the last axis give an entry the
+    # same float32 score whichever segment holds it, so ties and near-ties rank the same after a
+    # save/load or a merge of segments.
+    ranked: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, list[Hit]]] = {}
     with _blas_threads(len(uniq)):
         for sid, (seg, slots) in plan.items():
             order = sorted(slots)
-            rows = seg.candidates(uniq[order], k, types)
-            for slot, r in zip(order, rows):
-                found[(sid, slot)] = r
+            for slot, rows in zip(order, seg.candidates(uniq[order], k, types)):
+                if not len(rows):
+                    continue
+                scores = (seg.vectors[rows] * uniq[slot]).sum(axis=1)
+                seqs = seg.seqs[rows]
+                top = np.lexsort((seqs, -scores))[:k]
+                ranked[(sid, slot)] = (scores[top], seqs[top],
+                                       [Hit(seg.entries[int(rows[j])], float(scores[j])) for j in top])
 
+    # A store's top-k is the top-k of its segments' top-ks (seqs are unique within a store).
+    # Stores that read the same segments (forks that wrote nothing, candidates sharing a store)
+    # get the same list, merged once.
+    merged: dict[tuple, list[Hit]] = {}
     results = []
     for i, segs in enumerate(store_segments):
-        qv = uniq[qslot[i]]
-        vecs, seqs, refs = [], [], []
-        for seg in segs:
-            rows = found[(id(seg), qslot[i])]
-            if len(rows):
-                vecs.append(seg.vectors[rows])
-                seqs.append(seg.seqs[rows])
-                refs.extend((seg, int(r)) for r in rows)
-        if not refs:
-            results.append([])
-            continue
-        # Row-wise products summed along the last axis: the same float32 value for an entry
-        # whichever segment holds it, so ties and near-ties rank the same after a save/load.
-        scores = (np.concatenate(vecs) * qv).sum(axis=1)
-        order = np.lexsort((np.concatenate(seqs), -scores))[:k]
-        results.append([Hit(refs[j][0].entries[refs[j][1]], float(scores[j])) for j in order])
+        key = (qslot[i], *map(id, segs))
+        if key not in merged:
+            parts = [ranked[(id(seg), qslot[i])] for seg in segs if (id(seg), qslot[i]) in ranked]
+            if len(parts) <= 1:
+                merged[key] = parts[0][2] if parts else []
+            else:
+                pool = [h for part in parts for h in part[2]]
+                order = np.lexsort((np.concatenate([part[1] for part in parts]),
+                                    -np.concatenate([part[0] for part in parts])))[:k]
+                merged[key] = [pool[j] for j in order]
+        results.append(list(merged[key]))
     return results

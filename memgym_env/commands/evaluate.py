@@ -23,7 +23,7 @@ Each run folder gets results.json, report.txt and plots/ (memory score, failures
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from memgym_env.interactive_runner import RunConfig
+    from memgym_env.interactive.runner import RunConfig
 
     choices = {"simulator": ("template", "llm"), "evolve": ("none", "question-only", "complete")}
     for f in dataclasses.fields(RunConfig):
@@ -43,8 +43,8 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from membuilder.agents.assistants import ASSISTANTS
-    from memgym_env.interactive_results import compare
-    from memgym_env.interactive_runner import RunConfig, evaluate_one, load_run_models
+    from memgym_env.interactive.results import compare
+    from memgym_env.interactive.runner import RunConfig, evaluate_one, load_run_models
     from memgym_env.world import read_world
 
     names = [n.strip() for n in args.assistant.split(",") if n.strip()]
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     outs = [args.out if len(names) == 1 else str(Path(args.out) / name) for name in names]
     cfgs = [RunConfig(**(base | {"assistant": n, "out": o})) for n, o in zip(names, outs, strict=True)]
     if args.workers > 1:
-        from memgym_env.interactive_workers import evaluate_parallel
+        from memgym_env.interactive.workers import evaluate_parallel
 
         evaluate_parallel(cfgs, args.workers, threads=args.threads)
     else:

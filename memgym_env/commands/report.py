@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from memgym_env.interactive_results import compare
+    from memgym_env.interactive.results import compare
 
     print(compare(args.runs, plots=Path(args.plots) if args.plots else None))
     return 0

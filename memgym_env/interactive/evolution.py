@@ -18,6 +18,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from membuilder import prompts
+from membuilder.agents.assistant import bound
+from membuilder.llm.base import Sampling
+
 MODES = ("none", "question-only", "complete")
 MAX_GUIDE_CHARS = 1200  # a rambling rewrite must not swamp the memory prompt
 
@@ -47,10 +51,6 @@ def feedback_text(mode: str, questions: Sequence[Mapping[str, Any]], updates: Ma
 
 def rewrite_guide(model, guide: str, feedback: str, max_new_tokens: int = 120) -> str:
     """The model's new guide; its old one when the reply is empty."""
-    from membuilder import prompts
-    from membuilder.agents.assistant import bound
-    from membuilder.llm.base import Sampling
-
     prompt = prompts.render("evolve_guide", guide=guide, feedback=feedback)
     out = bound(model, "evolve").generate([[{"role": "user", "content": prompt}]],
                                           Sampling(temperature=0.0, max_new_tokens=max_new_tokens))[0].text

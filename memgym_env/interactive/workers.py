@@ -23,15 +23,16 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from memgym_env.interactive_runner import (
+from memgym_env.interactive.run_files import finished_periods
+from memgym_env.interactive.runner import (
     RunConfig,
     finish_run,
-    finished_periods,
     load_run_models,
     play_users,
     prepare_run,
     run_users,
 )
+from memgym_env.world import read_world
 
 
 class _NoBar:
@@ -55,8 +56,6 @@ def _worker(worker: int, cfgs: list[dict[str, Any]], user_ids: list[str], thread
         os.environ["OMP_NUM_THREADS"] = str(threads)
     try:
         from transformers.utils import logging as hf_logging
-
-        from memgym_env.world import read_world
 
         hf_logging.disable_progress_bar()  # N workers' weight-loading bars would garble the parent's display
 
@@ -82,8 +81,6 @@ def evaluate_parallel(cfgs: list[RunConfig], workers: int, threads: int | None =
     import multiprocessing
 
     from tqdm.auto import tqdm
-
-    from memgym_env.world import read_world
 
     if workers < 1:
         raise ValueError(f"--workers must be >= 1, got {workers}")

@@ -13,8 +13,10 @@ from typing import Any
 import gymnasium as gym
 from gymnasium import spaces
 
+from membuilder.ops import first_json_object
 from memgym_env.simulator import Simulator, make_simulator
 from memgym_env.spaces import FreeText
+from memgym_env.world import WorldConfig, generate_world, read_world
 from memgym_env.world.types import World, WorldError, WorldUser
 
 MESSAGE, QUESTION, PROBE = 0, 1, 2
@@ -26,8 +28,6 @@ def parse_answer(text: Any, n_choices: int) -> int | None:
     """0-based option named by ``{"answer": n}`` or a reply that starts with the number n; else None."""
     if not isinstance(text, str):
         return None
-    from membuilder.ops import first_json_object  # light module: json and re only
-
     obj, _ = first_json_object(text)
     value: Any = obj.get("answer") if isinstance(obj, dict) else None
     if isinstance(value, str) and value.strip().isdigit():
@@ -88,11 +88,7 @@ def load_world(world: World | str | Path | None) -> World:
     if isinstance(world, World):
         return world
     if world is None:  # a small offline world, so gym.make works with no arguments
-        from memgym_env.world import WorldConfig, generate_world
-
         return generate_world(WorldConfig(num_users=1, num_periods=2, num_questions=3, changes_per_period=2))
-    from memgym_env.world import read_world
-
     return read_world(world)
 
 

@@ -7,7 +7,8 @@ the policy in the roles named by ``policy_roles`` (by default the memory constru
 ``eval/<benchmark>/<category>`` (plus the headline / overall numbers). Each evaluation writes
 into ``<out>/step-<n>`` so memories built by different policy versions never mix.
 
-Importing this module imports transformers; import it only where a trainer runs.
+A training config turns it on with ``benchmark_eval`` (see ``train.common.BenchmarkEvalArgs``).
+Importing this module imports transformers; the entry points import it only when it is on.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from .runner import EvalConfig, evaluate
+from membuilder.llm.transformers_backend import TransformersChatModel
+from memgym_env.benchmarks.runner import EvalConfig, evaluate
 
 
 def summary_metrics(summary: dict[str, Any]) -> dict[str, float]:
@@ -65,8 +67,6 @@ class BenchmarkEvalCallback(TrainerCallback):
     def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
         if state.global_step % self.every or model is None:
             return control
-        from membuilder.llm.transformers_backend import TransformersChatModel
-
         was_training, side = model.training, getattr(processing_class, "padding_side", None)
         try:
             policy = TransformersChatModel(model=model, tokenizer=processing_class, name=f"policy@{state.global_step}")

@@ -5,8 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from memgym_env.interactive import QUESTION, choice_or_random, eval_items
-from memgym_env.metrics import evidence_supports, new_facts, states_verbatim
+from membuilder import prompts
+from membuilder.agents.assistant import bound, fit_newest
+from membuilder.agents.choice import score_options
+from membuilder.agents.oracle import OracleAssistant
+from memgym_env.interactive.env import QUESTION, choice_or_random, eval_items
+from memgym_env.interactive.metrics import evidence_supports, new_facts, states_verbatim
 from memgym_env.world.types import WorldUser
 
 
@@ -17,8 +21,6 @@ def readable_state(user: WorldUser, state: Mapping[str, str]) -> dict[str, str]:
 
 def upper_bound(model, user: WorldUser, period: int, seed: int) -> list[bool]:
     """Per question: is the model right when handed the true state? (the oracle's own prompt)."""
-    from membuilder.agents.oracle import OracleAssistant
-
     end = user.periods[period].period_end
     oracle = OracleAssistant(model)
     oracle.answer_purpose = "upper_bound"
@@ -55,10 +57,6 @@ def factual_recall_flags(assistant, model, facts: Sequence[Mapping[str, Any]], c
             sources = {e.session} | {getattr(bank.get(i), "session", None) for i in e.evidence}
             entries.append((e.text, [s for s in sources if s]))
         return [evidence_supports(f["value_text"], set(f["sessions"]), entries, bank.core.text) for f in facts]
-    from membuilder import prompts
-    from membuilder.agents.assistant import bound, fit_newest
-    from membuilder.agents.choice import score_options
-
     memory = fit_newest(assistant.memory_text().splitlines(), context_tokens, model.count_tokens) or "(empty)"
     flags = [states_verbatim(f["value_text"], memory) for f in facts]
     ask = [i for i, ok in enumerate(flags) if not ok]

@@ -9,15 +9,14 @@ from typing import Any
 
 import numpy as np
 
-from memgym_env import metrics
+from memgym_env.interactive import metrics
+from memgym_env.interactive.run_files import period_dir, write_json
 from memgym_env.world.types import World, WorldUser
 
 RESULTS_FILE = "results.json"
 
 
 def _load_periods(run: Path, user: WorldUser) -> list[dict[str, Any]]:
-    from memgym_env.interactive_runner import period_dir
-
     out = []
     for p in range(len(user.periods)):
         path = period_dir(run, user.id, p) / "evaluation.json"
@@ -153,8 +152,6 @@ def plot(results: Sequence[dict[str, Any]], folder: Path) -> list[Path]:
 
 
 def write_report(results: dict[str, Any], run: Path) -> None:
-    from memgym_env.interactive_runner import write_json
-
     write_json(run / RESULTS_FILE, results)
     (run / "report.txt").write_text(table([results]) + "\n", encoding="utf-8")
     plot([results], run / "plots")

@@ -20,10 +20,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memgym_env.interactive import MESSAGE, InteractiveEnv
+from membuilder.agents.assistants import NEEDS_EMBEDDER, make_assistant
+from membuilder.llm import load_chat_model
+from membuilder.llm.embedders import load_embedder
+from memgym_env.interactive import evolution
+from memgym_env.interactive.checks import factual_recall_flags, period_facts, readable_state, upper_bound
+from memgym_env.interactive.env import MESSAGE, InteractiveEnv
+from memgym_env.interactive.results import collect_results, write_report
+from memgym_env.interactive.run_files import RUN_FILE, finished_periods, period_dir, write_json
+from memgym_env.simulator import ReplaySimulator, make_simulator
 from memgym_env.world.types import World, WorldUser
 
-RUN_FILE = "run.json"
 IDENTITY = ("world_digest", "assistant", "model", "simulator", "replay", "seed", "assistant_options", "evolve")
 
 
@@ -59,25 +66,6 @@ class RunConfig:
 
 def world_digest(path: str | Path) -> str:
     return hashlib.sha1(Path(path).read_bytes()).hexdigest()[:16]
-
-
-def write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
-    tmp.replace(path)  # atomic: an interrupted run never leaves half a file
-
-
-def period_dir(run: Path, user_id: str, period: int) -> Path:
-    return run / "users" / user_id / f"period_{period:02d}"
-
-
-def finished_periods(run: Path, user: WorldUser) -> int:
-    """How many leading periods of ``user`` are complete in ``run``."""
-    n = 0
-    while n < len(user.periods) and (period_dir(run, user.id, n) / "evaluation.json").exists():
-        n += 1
-    return n
 
 
 def recorded_sessions(source: str, world: World) -> dict[str, list[dict[str, str]]]:
@@ -131,8 +119,6 @@ class UserRun:
         self.checker = checker or model
 
     def play(self, start: int, progress) -> None:
-        from memgym_env.interactive_checks import readable_state
-
         user, assistant = self.user, self.assistant
         env = InteractiveEnv(self.world, simulator=self.simulator, seed=self.cfg.seed)
         obs, info = env.reset(seed=self.cfg.seed, options={"user": user.id, "start_period": start})
@@ -186,9 +172,6 @@ class UserRun:
         self.started = time.perf_counter()
 
     def _finish_period(self, period: int) -> None:
-        from memgym_env import evolution
-        from memgym_env.interactive_checks import factual_recall_flags, period_facts, upper_bound
-
         cfg, user = self.cfg, self.user
         key = (user.id, period)
         if key not in self.upper_cache:
@@ -247,9 +230,6 @@ def run_users(cfg: RunConfig, world: World) -> list[WorldUser]:
 def play_users(cfg: RunConfig, world: World, users: list[WorldUser], model, embedder, upper_cache: dict,
                progress, on_period_end: Callable[[str, int], None] | None = None, checker=None) -> None:
     """Play the unfinished periods of ``users`` into ``cfg.out`` (already prepared)."""
-    from membuilder.agents.assistants import make_assistant
-    from memgym_env.simulator import ReplaySimulator, make_simulator
-
     run = Path(cfg.out)
     assistant = make_assistant(cfg.assistant, model, embedder, **cfg.assistant_options())
     replay = recorded_sessions(cfg.replay, world) if cfg.replay else None
@@ -263,16 +243,11 @@ def play_users(cfg: RunConfig, world: World, users: list[WorldUser], model, embe
 
 def load_run_models(cfgs: list[RunConfig], threads: int | None = None):
     """(model, embedder or None, checker or None) for runs sharing one model, embedder and checker."""
-    from membuilder.agents.assistants import NEEDS_EMBEDDER
-    from membuilder.llm import load_chat_model
-
     kw = {"threads": threads} if threads else {}
     cfg = cfgs[0]
     model = load_chat_model(cfg.model, **kw)
     embedder = None
     if any(c.assistant in NEEDS_EMBEDDER for c in cfgs):
-        from membuilder.llm.embedders import load_embedder
-
         embedder = load_embedder(cfg.embedder)
     checker = load_chat_model(cfg.checker, **kw) if cfg.checker else None
     return model, embedder, checker
@@ -281,8 +256,6 @@ def load_run_models(cfgs: list[RunConfig], threads: int | None = None):
 def finish_run(cfg: RunConfig, world: World, meta: dict[str, Any], wall_s: float | None) -> dict[str, Any]:
     """Results and report of a run folder whose periods are all played (``wall_s`` None: the
     periods' seconds, summed)."""
-    from memgym_env.interactive_results import collect_results, write_report
-
     results = collect_results(Path(cfg.out), world, run_users(cfg, world), meta, wall_s)
     write_report(results, Path(cfg.out))
     return results
