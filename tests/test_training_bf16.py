@@ -13,7 +13,7 @@ from membuilder.training.tiny import byte_tokenizer, tiny_llama  # noqa: E402
 from train.common import policy_dtype  # noqa: E402
 
 ROWS = [{"messages": [{"role": "user", "content": f"Remember fact {i}."},
-                      {"role": "assistant", "content": '{"operation": "APPEND", "content": "fact %d"}' % i}]}
+                      {"role": "assistant", "content": '{"operation": "APPEND", "content": "fact ' + str(i) + '"}'}]}
         for i in range(8)]
 
 
