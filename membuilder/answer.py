@@ -10,6 +10,7 @@ import re
 from collections.abc import Sequence
 
 from membuilder import prompts
+from membuilder.agents.choice import best_option, score_options
 from membuilder.llm.base import ChatMessages, ChatModel, Sampling
 from membuilder.memory.entry import Hit
 
@@ -43,8 +44,6 @@ def choose(model: ChatModel, prompt: ChatMessages, n_choices: int) -> int:
 
 def choose_many(model: ChatModel, items: Sequence[tuple[ChatMessages, int]]) -> list[int]:
     """``choose`` for many (prompt, number of options) pairs, batched when the backend can."""
-    from membuilder.agents.choice import best_option, score_options
-
     scores = score_options(model, [p for p, _ in items], [[str(i) for i in range(1, n + 1)] for _, n in items])
     return [best_option(s) for s in scores]
 

@@ -11,6 +11,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from membuilder.agents.constructor import MemBuilderPolicy
+from membuilder.llm.base import Sampling
+from membuilder.ops import AGENTS
+from memgym_env.construction import ConstructionConfig, MemoryGymEnv
+from memgym_env.interactive.runner import RunConfig, evaluate_one
+from memgym_env.interactive.workers import evaluate_parallel
+from memgym_env.world import generate_world, load_config, read_world, write_world
+
 POLICIES = ("oracle", "empty", "membuilder")
 ASSISTANTS = ("rag", "awe", "membuilder", "oracle")
 EMPTY_ACTION = {"core": "", "episodic": '{"operations": []}', "semantic": '{"operations": []}',
@@ -88,8 +96,6 @@ class Progress:
 
 def make_world(sizes: DemoSizes, out: Path, seed: int) -> Path:
     """A seeded offline world of ``sizes.users`` users and ``sizes.periods`` periods, written to ``out``."""
-    from memgym_env.world import generate_world, load_config, write_world
-
     cfg = load_config(None, {"num_users": sizes.users, "num_periods": sizes.periods - 1,
                              "num_questions": sizes.questions, "seed": seed,
                              "changes_per_period": sizes.changes_per_period, "changes_jitter": 0})
@@ -100,11 +106,6 @@ def make_world(sizes: DemoSizes, out: Path, seed: int) -> Path:
 
 def rollouts(world: Path, sizes: DemoSizes, model, progress: Progress) -> dict[str, Any]:
     """MemoryGym-v0 on the first user with each policy; per-agent rewards per session."""
-    from membuilder.agents.constructor import MemBuilderPolicy
-    from membuilder.llm.base import Sampling
-    from membuilder.ops import AGENTS
-    from memgym_env.construction import ConstructionConfig, MemoryGymEnv
-
     env = MemoryGymEnv(ConstructionConfig(world_path=str(world), answer_mode="evidence", questions_per_session=3))
     policy = MemBuilderPolicy(model, Sampling(temperature=0.0, max_new_tokens=sizes.policy_tokens))
     out: dict[str, Any] = {}
@@ -133,17 +134,12 @@ def interactive(world: Path, sizes: DemoSizes, model, embedder, model_spec: str,
                 progress: Progress, assistants: tuple[str, ...] = ASSISTANTS, workers: int = 1) -> dict[str, Any]:
     """The interactive evaluation of each assistant (oracle is the upper bound); results per assistant.
     With ``workers`` > 1 the users are split over that many processes of one torch thread each."""
-    from memgym_env.interactive.runner import RunConfig, evaluate_one
-    from memgym_env.world import read_world
-
     cfgs = [RunConfig(world=str(world), assistant=name, out=str(out / "runs" / name), model=model_spec,
                       users=sizes.eval_users, replay=None if sizes.on_policy else "world",
                       reply_tokens=sizes.reply_tokens, write_tokens=sizes.write_tokens, top_k=sizes.top_k,
                       factual_recall=False) for name in assistants]
     workers = min(workers, sizes.eval_users)
     if workers > 1:
-        from memgym_env.interactive.workers import evaluate_parallel
-
         progress.set(f"interactive · {', '.join(assistants)}", f"starting {workers} workers")
 
         def worker_period(ev: dict[str, Any]) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from membuilder.ops import AGENTS
+from memgym_env.interactive.results import plot
 
 
 def _fmt(v: Any) -> str:
@@ -59,8 +60,6 @@ def markdown(rows: list[list[str]]) -> str:
 
 def write_report(out: Path, meta: dict[str, Any], rollouts: dict[str, Any], results: dict[str, Any]) -> dict[str, Path]:
     """Writes report.json, report.md and plots/ under ``out``; returns their paths by name."""
-    from memgym_env.interactive.results import plot
-
     plots = out / "plots"
     score_png, failures_png = plot(list(results.values()), plots)
     construction_png = construction_plot(rollouts, plots / "construction_reward.png")

@@ -7,6 +7,10 @@ import json
 import time
 from pathlib import Path
 
+from membuilder.llm.embedders import load_embedder
+from membuilder.memory import MemoryBank
+from membuilder.ops import Add, CoreAppend, CoreReplace, render_ops
+
 DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "locomo" / "locomo10_conv-26.json"
 
 
@@ -17,8 +21,6 @@ def session_outputs(sample: dict, n: int) -> list[dict]:
     the dialogue turn it came from). Rendered as agent operations they make a faithful expert
     memory, so the tour needs no language model.
     """
-    from membuilder.ops import Add, CoreAppend, CoreReplace, render_ops
-
     conv = sample["conversation"]
     speakers = [conv.get("speaker_a", "A"), conv.get("speaker_b", "B")]
     out = []
@@ -54,9 +56,6 @@ def run_tour(args: argparse.Namespace) -> int:
 
     from rich.console import Console
     from rich.table import Table
-
-    from membuilder.llm.embedders import load_embedder
-    from membuilder.memory import MemoryBank
 
     # Wide enough for the tables when piped to a log, as in CI.
     console = Console(width=None if sys.stdout.isatty() else 150)

@@ -14,6 +14,14 @@ from typing import Any
 
 from membuilder.memory import EmbeddingCache, MemoryBank
 from memgym_env.conversation import Conversation, QAItem
+from memgym_env.world import (
+    SessionQAConfig,
+    expert_steps,
+    generate_world,
+    load_config,
+    read_world,
+    user_to_conversation,
+)
 
 
 @dataclass
@@ -47,8 +55,6 @@ def load_episodes(config: Any) -> list[Episode]:
                 raise ValueError("source 'conversation' needs conversation_path")
             episodes = conversation_episodes(c.conversation_path, c.qa_path, c.expert_path)
         elif c.world_path:
-            from memgym_env.world import read_world
-
             episodes = world_episodes(read_world(c.world_path), c.questions_per_session, 0, c.max_users)
         else:
             episodes = generated_world_episodes(c.world_config, c.world_overrides, c.questions_per_session, 0,
@@ -75,8 +81,6 @@ def expert_snapshots(episode: Episode, cache: EmbeddingCache, limit: int | None 
 
 
 def world_episodes(world, per_session: int = 5, seed: int = 0, max_users: int | None = None) -> list[Episode]:
-    from memgym_env.world import SessionQAConfig, expert_steps, user_to_conversation
-
     qa = SessionQAConfig(per_session=per_session)
     users = list(world)[:max_users] if max_users else list(world)
     return [Episode(user_to_conversation(u, qa, seed), [s.outputs for s in expert_steps(u)]) for u in users]
@@ -84,8 +88,6 @@ def world_episodes(world, per_session: int = 5, seed: int = 0, max_users: int | 
 
 def generated_world_episodes(config_path: str | None, overrides: dict, per_session: int, seed: int,
                              max_users: int | None) -> list[Episode]:
-    from memgym_env.world import generate_world, load_config
-
     cfg = load_config(config_path, overrides or None)
     return world_episodes(generate_world(cfg), per_session, seed, max_users)
 

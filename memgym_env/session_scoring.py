@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from membuilder import reward as R
+from membuilder.llm import load_chat_model
+from membuilder.llm.embedders import load_embedder
 from membuilder.memory import (
     MEMORY_TYPES,
     Applied,
@@ -50,9 +52,6 @@ class ScoredCandidate:
 
 def load_scoring_models(config) -> tuple[EmbeddingCache, ScoringModels]:
     """The embedding cache and the answer/judge models a ``ConstructionConfig`` names."""
-    from membuilder.llm import load_chat_model
-    from membuilder.llm.embedders import load_embedder
-
     def chat(spec: str):
         # Every backend renders with these (a local Qwen3 thinks first too); SmolLM2's template ignores them.
         kwargs = {"chat_template_kwargs": config.chat_template_kwargs} if config.chat_template_kwargs else {}

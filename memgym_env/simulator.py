@@ -21,6 +21,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
+from membuilder import prompts
+from membuilder.agents.assistant import bound
+from membuilder.llm.base import Sampling
+from memgym_env.world.catalog import load_catalog
 from memgym_env.world.types import SessionRef, WorldUser
 
 TIME_PREFIX = re.compile(r"^\[Current Time: [^\]]*\]\s*")
@@ -40,8 +44,6 @@ def recorded_user_turns(ref: SessionRef) -> list[str]:
 
 
 def _generic_follow_ups() -> tuple[str, ...]:
-    from memgym_env.world.catalog import load_catalog
-
     return load_catalog().dialogue.follow_ups
 
 
@@ -78,8 +80,6 @@ class LLMSimulator:
     """Follow-ups written by ``model`` (greedy, so the same conversation gives the same line)."""
 
     def __init__(self, model, seed: int = 0, max_new_tokens: int = 48):
-        from membuilder.agents.assistant import bound
-
         self.model = bound(model, "simulate")
         self.template = TemplateSimulator(seed)
         self.max_new_tokens = max_new_tokens
@@ -92,9 +92,6 @@ class LLMSimulator:
         return ref.session.query
 
     def follow_up(self, user: WorldUser, ref: SessionRef, round_: int, history: Sequence[Mapping[str, str]]) -> str:
-        from membuilder import prompts
-        from membuilder.llm.base import Sampling
-
         last = "\n".join(f"{'You' if m['role'] == 'user' else 'Assistant'}: {TIME_PREFIX.sub('', m['content'])}"
                          for m in list(history)[-2:])
         prompt = prompts.render("simulate_user", profile=user.user_profile.formatted_str or user.user_profile.name,

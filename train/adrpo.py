@@ -20,6 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from membuilder.training.checkpoints import save_policy
+from membuilder.training.format_scorer import FormatScorer
+from membuilder.training.prompts import rl_rows, token_counter
+from memgym_env.session_scorer import SessionScorer
 from train.common import (  # noqa: E402
     BenchmarkEvalArgs,
     EnvArgs,
@@ -45,15 +49,11 @@ def make_scorer(script: ADRPOScriptArgs, users: list[int]):
     """The reward of this run: the env config's scorer over the chosen users' sessions."""
     config = script.construction_config()
     if script.scorer == "format":
-        from membuilder.training.format_scorer import FormatScorer
-
         records = expert_records(config, users, script.max_sessions_per_user)
         return FormatScorer({r["key"]: r["observation"] for r in records}, lam=config.lam,
                             experts={r["key"]: r["outputs"] for r in records})
     if script.scorer != "env":
         raise SystemExit(f"scorer must be 'env' or 'format', not {script.scorer!r}")
-    from memgym_env.session_scorer import SessionScorer
-
     return SessionScorer(config, users, script.max_sessions_per_user)
 
 
@@ -70,8 +70,6 @@ def build(argv=None):
     from trl import ModelConfig, TrlParser
 
     from membuilder.training.adrpo import ADRPOConfig, ADRPOTrainer
-    from membuilder.training.prompts import rl_rows, token_counter
-
     script, args, model_args = TrlParser((ADRPOScriptArgs, ADRPOConfig, ModelConfig)).parse_args_and_config(argv)
     require_vllm(args.use_vllm, args.vllm_mode)
     set_seed(args.seed)
@@ -99,8 +97,6 @@ def build(argv=None):
 
 
 def main(argv=None):
-    from membuilder.training.checkpoints import save_policy
-
     trainer, script, tokenizer = build(argv)
     trainer.train(resume_from_checkpoint=trainer.args.resume_from_checkpoint)
     if script.save_policy_to and trainer.accelerator.is_main_process:

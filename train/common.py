@@ -14,6 +14,11 @@ from typing import Any
 import yaml
 
 from membuilder.agents.constructor import build_observation
+from membuilder.llm.embedders import load_embedder
+from membuilder.llm.registry import resolve_chat_path
+from membuilder.llm.transformers_backend import cpu_bf16_is_fast
+from membuilder.memory import EmbeddingCache
+from membuilder.training.sft import lora_config
 from membuilder.training.trajectories import write_jsonl
 from memgym_env.benchmarks.runner import EvalConfig
 from memgym_env.construction_config import ConstructionConfig
@@ -125,9 +130,6 @@ def expert_records(config: ConstructionConfig, users: list[int], limit: int | No
                    jsonl: str | None = None) -> list[dict[str, Any]]:
     """The expert's (the world oracle's) trajectory for each chosen user: per session the
     observation on the expert's own memory and the four outputs, keyed as the env's scorer keys them."""
-    from membuilder.llm.embedders import load_embedder
-    from membuilder.memory import EmbeddingCache
-
     cache = EmbeddingCache(load_embedder(config.embedder))
     records = []
     for ep in chosen_episodes(config, users):
@@ -164,8 +166,6 @@ def policy_dtype(dtype: str | None, frozen_base: bool):
     there, since bf16 weights would round away small optimizer steps."""
     import torch
 
-    from membuilder.llm.transformers_backend import cpu_bf16_is_fast
-
     if dtype not in (None, "auto"):
         return getattr(torch, dtype)
     if torch.cuda.is_available():
@@ -177,8 +177,6 @@ def load_policy(model_name_or_path: str, dtype: str | None = None, frozen_base: 
     """Model and tokenizer from a short name (``smollm2-135m``), a local folder or a hub id.
     ``frozen_base``: only adapters will train (LoRA), which lets ``dtype: auto`` pick bfloat16."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from membuilder.llm.registry import resolve_chat_path
 
     path = resolve_chat_path(model_name_or_path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=policy_dtype(dtype, frozen_base))
@@ -192,7 +190,5 @@ def load_policy(model_name_or_path: str, dtype: str | None = None, frozen_base: 
 def peft_from(model_args):
     if not model_args.use_peft:
         return None
-    from membuilder.training.sft import lora_config
-
     return lora_config(r=model_args.lora_r, alpha=model_args.lora_alpha, dropout=model_args.lora_dropout,
                        target_modules=model_args.lora_target_modules or "all-linear")

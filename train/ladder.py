@@ -30,6 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import yaml  # noqa: E402
 
+from membuilder.ops import AGENTS
+from membuilder.training.policy_eval import evaluate_policy
+from memgym_env.construction_config import ConstructionConfig
+from memgym_env.session_scorer import SessionScorer
+from train import adrpo, sft
 from train.common import load_policy, parse_users  # noqa: E402
 
 STAGES = ("base", "sft", "grpo", "adrpo")
@@ -91,8 +96,6 @@ def _train_once(folder: Path, run) -> str:
 
 
 def train_sft(a: LadderArgs, seed: int, folder: Path) -> str:
-    from train import sft
-
     return _train_once(folder, lambda: sft.main([
         "--config", a.sft_config, "--model_name_or_path", a.model_name_or_path, *_stage_env(a, a.sft_config),
         "--seed", str(seed), "--output_dir", str(folder), "--save_policy_to", str(folder / "policy"),
@@ -102,8 +105,6 @@ def train_sft(a: LadderArgs, seed: int, folder: Path) -> str:
 
 
 def train_rl(a: LadderArgs, seed: int, start: str, alpha: float, folder: Path) -> str:
-    from train import adrpo
-
     g = a.rl_generations
     return _train_once(folder, lambda: adrpo.main([
         "--config", a.adrpo_config, "--model_name_or_path", start, *_stage_env(a, a.adrpo_config, alpha=alpha),
@@ -118,9 +119,6 @@ class Evaluator:
     """Held-out sessions scored by MemoryGym-v0 in evidence and choice modes (built once)."""
 
     def __init__(self, a: LadderArgs):
-        from memgym_env.construction_config import ConstructionConfig
-        from memgym_env.session_scorer import SessionScorer
-
         users = parse_users(a.held_out_users)
 
         def scorer(**mode):
@@ -135,8 +133,6 @@ class Evaluator:
 
     def __call__(self, policy: str, label: str) -> dict[str, Any]:
         from tqdm.auto import tqdm
-
-        from membuilder.training.policy_eval import evaluate_policy
 
         # Evaluation trains nothing: the base may run in bfloat16 where the CPU has it.
         model, tokenizer, _ = load_policy(policy, "auto", frozen_base=True)
@@ -214,8 +210,6 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    from membuilder.ops import AGENTS
-
     head = "| stage | seed | " + " | ".join(f"valid {a}" for a in AGENTS) + " | reward evidence | reward choice |"
     lines = [head, "|" + "---|" * (4 + len(AGENTS))]
     for r in rows:
@@ -229,8 +223,6 @@ def plot(rows: list[dict[str, Any]], path: Path, model: str = "") -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from membuilder.ops import AGENTS
 
     stages = [s for s in STAGES if any(r["stage"] == s for r in rows)]
     fig, axes = plt.subplots(1, 3, figsize=(14, 4), gridspec_kw={"width_ratios": [1.6, 1, 1]})

@@ -17,6 +17,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from membuilder.llm import load_chat_model
+from membuilder.llm.embedders import load_embedder
+from membuilder.memory.bank import MemoryBank
+from membuilder.training.checkpoints import save_policy
+from membuilder.training.sft import build_sft_trainer
+from membuilder.training.trajectories import (
+    SessionText,
+    build_trajectory,
+    policy_writer,
+    sft_rows,
+    to_dataset,
+    write_jsonl,
+)
+from memgym_env.conversation import Conversation
 from train.common import (  # noqa: E402
     BenchmarkEvalArgs,
     EnvArgs,
@@ -45,12 +59,6 @@ def sft_records(args: SFTScriptArgs):
         if args.conversations:
             raise SystemExit("the oracle expert only knows world users; give an LLM expert for `conversations`")
         return expert_records(config, parse_users(args.users), args.max_sessions_per_user, args.trajectories_jsonl)
-    from membuilder.llm import load_chat_model
-    from membuilder.llm.embedders import load_embedder
-    from membuilder.memory.bank import MemoryBank
-    from membuilder.training.trajectories import SessionText, build_trajectory, policy_writer
-    from memgym_env.conversation import Conversation
-
     if args.conversations:
         convs = [Conversation.load(p) for p in args.conversations]
     else:
@@ -71,9 +79,6 @@ def build(argv=None):
     from transformers import set_seed
     from trl import ModelConfig, SFTConfig, TrlParser
 
-    from membuilder.training.sft import build_sft_trainer
-    from membuilder.training.trajectories import sft_rows, to_dataset, write_jsonl
-
     script, sft_args, model_args = TrlParser((SFTScriptArgs, SFTConfig, ModelConfig)).parse_args_and_config(argv)
     set_seed(sft_args.seed)
     rows = sft_rows(sft_records(script))
@@ -88,8 +93,6 @@ def build(argv=None):
 
 
 def main(argv=None):
-    from membuilder.training.checkpoints import save_policy
-
     trainer, script, tokenizer = build(argv)
     trainer.train(resume_from_checkpoint=trainer.args.resume_from_checkpoint)
     if script.save_policy_to and trainer.accelerator.is_main_process:

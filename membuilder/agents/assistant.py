@@ -27,7 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from membuilder import prompts
 from membuilder.agents.choice import best_option, score_options
-from membuilder.llm.base import ChatMessages, Sampling
+from membuilder.llm.base import ChatMessages, PurposeBoundModel, Sampling, with_purpose
 
 SYSTEM = "You are a helpful personal assistant with a long-term memory of the user."
 STATE_FILE = "assistant.json"
@@ -60,8 +60,6 @@ class Assistant(Protocol):
 
 def bound(model, purpose: str):
     """``model`` booking its calls under ``purpose`` when it keeps a usage ledger; else itself."""
-    from membuilder.llm.base import PurposeBoundModel, with_purpose
-
     if isinstance(model, PurposeBoundModel) or hasattr(model, "ledger"):
         return with_purpose(model, purpose)
     return model

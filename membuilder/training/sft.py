@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from membuilder.training.chat_templates import ensure_generation_markers
+
 
 def lora_config(r: int = 16, alpha: int = 32, dropout: float = 0.05, target_modules: Any = "all-linear"):
     from peft import LoraConfig
@@ -22,8 +24,6 @@ def build_sft_trainer(model, tokenizer, train_dataset, args, peft_config=None, e
     from trl import SFTTrainer
 
     if args.assistant_only_loss:
-        from membuilder.training.chat_templates import ensure_generation_markers
-
         ensure_generation_markers(tokenizer)
     keep = ["messages"]
     train_dataset = train_dataset.select_columns(keep)

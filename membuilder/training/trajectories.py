@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from membuilder.agents.constructor import render_prompt
+from membuilder.agents.constructor import MemBuilderPolicy, build_observation, render_prompt
+from membuilder.llm.base import Sampling
 from membuilder.ops import AGENTS
 
 # An observation -> {agent: raw output}.
@@ -46,8 +47,6 @@ class SessionText:
 
 def observe(bank, session: SessionText, view_k: int = 20) -> dict[str, Any]:
     """The construction observation of ``session`` from ``bank`` (the same one ``MemoryGym-v0`` gives)."""
-    from membuilder.agents.constructor import build_observation
-
     return build_observation(bank, session.text, session.time, view_k)
 
 
@@ -64,9 +63,6 @@ def outputs_writer(table: Mapping[str, Mapping[str, str]]) -> Callable[[SessionT
 
 def policy_writer(model, max_new_tokens: int = 768, temperature: float = 0.0):
     """A writer backed by any ``ChatModel`` playing the four agents (greedy by default)."""
-    from membuilder.agents.constructor import MemBuilderPolicy
-    from membuilder.llm.base import Sampling
-
     policy = MemBuilderPolicy(model, Sampling(temperature=temperature, max_new_tokens=max_new_tokens))
     return lambda session, obs: policy.act(obs)
 

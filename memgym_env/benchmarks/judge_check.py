@@ -21,6 +21,8 @@ from typing import Any
 
 from memgym_env.conversation import QAItem
 
+from .judges import is_local, judge_batch, judge_margins
+
 TRUST = 0.8  # below this agreement on the controls, the report warns against reading judge accuracy
 PER_SIDE = 10  # controls of each kind (gold given back, another question's gold)
 
@@ -72,8 +74,6 @@ def check_judge(judge, benchmark: str, items: list[QAItem], max_new_tokens: int,
     """Grade the controls; agreement overall, and how often the judge accepts a wrong answer
     or rejects the gold one. ``n`` is 0 when the items give no controls. A judge scored by
     log-probability also gets the calibrated ``threshold`` and its agreement (``calibrated``)."""
-    from .judges import is_local, judge_batch, judge_margins
-
     pairs = control_pairs(items)
     if not pairs:
         return {"n": 0, "controls": [], "agreement": None, "accepts_wrong": None, "rejects_gold": None,

@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from membuilder.agents.choice import score_options
+from membuilder.llm.base import Sampling
 from memgym_env.conversation import QAItem
 
 _SYSTEM = "You are a careful, fair grader of answers to questions about a user's past conversations."
@@ -180,8 +182,6 @@ def is_local(judge) -> bool:
 def judge_margins(judge, benchmark: str, items: list[QAItem], responses: list[str]) -> list[float]:
     """log p(correct verdict) - log p(wrong verdict) per answer, each verdict scored as the
     judge's whole reply (in-process judges only)."""
-    from membuilder.agents.choice import score_options
-
     yes, no = _VERDICT_REPLIES["yes_no" if benchmark == "longmemeval" else "label"]
     prompts = [judge_prompt(benchmark, it, r) for it, r in zip(items, responses, strict=True)]
     return [s[0] - s[1] for s in score_options(judge, prompts, [[yes, no]] * len(prompts))]
@@ -199,8 +199,6 @@ def judge_batch(judge, benchmark: str, items: list[QAItem], responses: list[str]
     towards "correct" whatever it reads). ``auto``: ``logprob`` for in-process models, else
     ``generate``.
     """
-    from membuilder.llm.base import Sampling
-
     if mode not in JUDGE_MODES:
         raise ValueError(f"judge mode {mode!r}; expected one of {JUDGE_MODES}")
     if mode == "calibrated" and threshold is None:

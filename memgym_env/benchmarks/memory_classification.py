@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from membuilder.answer import choose_many
+
 from .perltqa import QA_PARTS
 
 MEMORY_KINDS = QA_PARTS  # the kinds PerLTQA files its questions under
@@ -39,8 +41,6 @@ def classification_prompt(question: str, character: str | None = None) -> list[d
 
 def classify(model, questions: Sequence[str], characters: Sequence[str | None] | None = None) -> list[str]:
     """The predicted memory kind of each question (one of ``MEMORY_KINDS``)."""
-    from membuilder.answer import choose_many
-
     chars = list(characters) if characters is not None else [None] * len(questions)
     if len(chars) != len(questions):
         raise ValueError(f"classify: {len(questions)} questions but {len(chars)} characters")

@@ -21,6 +21,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from membuilder.agents.constructor import core_compressor
+from membuilder.llm import load_chat_model
+from membuilder.llm import load_embedder as load
+from membuilder.llm.base import Sampling
 from memgym_env.conversation import Conversation, QAItem
 
 from . import load_benchmark
@@ -85,14 +89,10 @@ class EvalConfig:
 def load_model(spec: str):
     """A ``ChatModel`` from a spec of membuilder's registry: a short name (``smollm2-135m``), a
     checkpoint path, ``vllm:...`` or ``openai:model@url`` (remote concurrency is bounded there)."""
-    from membuilder.llm import load_chat_model
-
     return load_chat_model(spec)
 
 
 def load_embedder(spec: str):
-    from membuilder.llm import load_embedder as load
-
     return load(spec)
 
 
@@ -138,8 +138,6 @@ def make_system(cfg: EvalConfig, models: dict[str, Any]):
     if cfg.system == "rag":
         return Rag(models["embedder"], k=cfg.rag_k)
     if cfg.system == "membuilder":
-        from membuilder.agents.constructor import core_compressor
-
         return MemBuilder(membuilder_session_builder(models["model"], cfg.construct_max_tokens), models["embedder"],
                           k=cfg.answer_k, compressor=core_compressor(models["model"]))
     raise ValueError(f"unknown system {cfg.system!r}; expected one of {', '.join(SYSTEMS)}")
@@ -313,8 +311,6 @@ def _load_models(cfg: EvalConfig, models: dict[str, Any], stages: dict[str, dict
 
 
 def _answer(cfg: EvalConfig, answerer, conv: Conversation, items: list[QAItem], contexts: list[Context]) -> list[str]:
-    from membuilder.llm.base import Sampling
-
     prompts = [answer_prompt(ctx.memory, conv, it) for it, ctx in zip(items, contexts, strict=True)]
     outs = answerer.generate(prompts, Sampling(temperature=0.0, max_new_tokens=cfg.answer_max_tokens, seed=cfg.seed,
                                                stop=["\n\n", "\nQuestion:"]))

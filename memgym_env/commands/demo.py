@@ -7,6 +7,12 @@ import os
 import time
 from pathlib import Path
 
+from membuilder.llm import load_chat_model
+from membuilder.llm.embedders import load_embedder
+from memgym_env import demo
+from memgym_env.demo_report import interactive_table, write_report
+from memgym_env.demo_tour import DEFAULT_DATA, run_tour
+
 HELP = "The main job end to end: world, MemoryGym-v0, assistants, report."
 EXAMPLES = """examples:
   memgym demo                          # default sizes, SmolLM2-135M on CPU, report in demo-out/
@@ -19,8 +25,6 @@ EXAMPLES = """examples:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from memgym_env.demo_tour import DEFAULT_DATA
-
     size = p.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="smallest sizes (1 user, 2 periods, replayed sessions)")
     size.add_argument("--full", action="store_true", help="3 users x 4 periods, on-policy, longer outputs (slow on CPU)")
@@ -39,8 +43,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.tour:
-        from memgym_env.demo_tour import run_tour
-
         return run_tour(argparse.Namespace(data=args.data, sessions=4, questions=6, out=args.out / "tour",
                                            embedder=args.embedder))
     if args.threads < 1:
@@ -52,11 +54,6 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
     from rich.table import Table
-
-    from membuilder.llm import load_chat_model
-    from membuilder.llm.embedders import load_embedder
-    from memgym_env import demo
-    from memgym_env.demo_report import interactive_table, write_report
 
     preset = "quick" if args.quick else "full" if args.full else "default"
     sizes = demo.PRESETS[preset]

@@ -5,6 +5,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from memgym_env.benchmarks import BENCHMARKS
+from memgym_env.benchmarks.judges import JUDGE_MODES
+from memgym_env.benchmarks.runner import EvalConfig, evaluate
+from memgym_env.benchmarks.systems import SYSTEMS
+
 HELP = "Evaluate a memory system on LoCoMo, LongMemEval or PerLTQA (resumable; JSON + report + plot)."
 
 EXAMPLES = """examples:
@@ -22,11 +27,6 @@ LoCoMo reports print the category mapping (1 multi-hop, 2 temporal, 3 open-domai
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from memgym_env.benchmarks import BENCHMARKS
-    from memgym_env.benchmarks.judges import JUDGE_MODES
-    from memgym_env.benchmarks.runner import EvalConfig
-    from memgym_env.benchmarks.systems import SYSTEMS
-
     choices = {"benchmark": BENCHMARKS, "system": SYSTEMS, "judge_mode": JUDGE_MODES}
     for f in dataclasses.fields(EvalConfig):
         flag = "--" + f.name.replace("_", "-")
@@ -43,8 +43,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from memgym_env.benchmarks.runner import EvalConfig, evaluate
-
     names = {f.name for f in dataclasses.fields(EvalConfig)}
     cfg = EvalConfig(**{k: v for k, v in vars(args).items() if k in names})
     evaluate(cfg)

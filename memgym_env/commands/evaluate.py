@@ -6,6 +6,12 @@ import argparse
 import dataclasses
 import os
 
+from membuilder.agents.assistants import ASSISTANTS
+from memgym_env.interactive.results import compare
+from memgym_env.interactive.runner import RunConfig, evaluate_one, load_run_models
+from memgym_env.interactive.workers import evaluate_parallel
+from memgym_env.world import read_world
+
 HELP = "Evaluate assistants on a user world with simulated users (resumable; --replay for off-policy)."
 
 EXAMPLES = """examples:
@@ -23,8 +29,6 @@ Each run folder gets results.json, report.txt and plots/ (memory score, failures
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from memgym_env.interactive.runner import RunConfig
-
     choices = {"simulator": ("template", "llm"), "evolve": ("none", "question-only", "complete")}
     for f in dataclasses.fields(RunConfig):
         flag = "--" + f.name.replace("_", "-")
@@ -42,11 +46,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from membuilder.agents.assistants import ASSISTANTS
-    from memgym_env.interactive.results import compare
-    from memgym_env.interactive.runner import RunConfig, evaluate_one, load_run_models
-    from memgym_env.world import read_world
-
     names = [n.strip() for n in args.assistant.split(",") if n.strip()]
     unknown = [n for n in names if n not in ASSISTANTS]
     if unknown or not names:
@@ -56,8 +55,6 @@ def run(args: argparse.Namespace) -> int:
     outs = [args.out if len(names) == 1 else str(Path(args.out) / name) for name in names]
     cfgs = [RunConfig(**(base | {"assistant": n, "out": o})) for n, o in zip(names, outs, strict=True)]
     if args.workers > 1:
-        from memgym_env.interactive.workers import evaluate_parallel
-
         evaluate_parallel(cfgs, args.workers, threads=args.threads)
     else:
         world = read_world(args.world)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from memgym_env.interactive.results import compare
+
 HELP = "Compare `memgym evaluate` runs: table, plots, and on-policy vs off-policy ranks."
 
 EXAMPLES = """examples:
@@ -19,8 +21,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
-
-    from memgym_env.interactive.results import compare
 
     print(compare(args.runs, plots=Path(args.plots) if args.plots else None))
     return 0

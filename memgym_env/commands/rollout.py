@@ -6,6 +6,11 @@ import argparse
 import json
 from pathlib import Path
 
+from membuilder.agents.constructor import MemBuilderPolicy
+from membuilder.llm import load_chat_model
+from membuilder.ops import AGENTS
+from memgym_env.construction import ConstructionConfig, MemoryGymEnv
+
 HELP = "Run MemoryGym-v0 episodes with the oracle, empty or MemBuilder-prompting policy."
 EXAMPLES = """examples:
   memgym rollout --policy oracle --answer-mode evidence --out runs/oracle.json
@@ -35,18 +40,12 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
     from tqdm import tqdm
 
-    from membuilder.ops import AGENTS
-    from memgym_env.construction import ConstructionConfig, MemoryGymEnv
-
     overrides = {k: v for k, v in {"world_path": args.world, "answer_mode": args.answer_mode,
                                    "snapshot": args.snapshot}.items() if v}
     cfg = ConstructionConfig.from_yaml(args.config, **overrides) if args.config else ConstructionConfig(**overrides)
     env = MemoryGymEnv(cfg)
     policy = None
     if args.policy == "membuilder":
-        from membuilder.agents.constructor import MemBuilderPolicy
-        from membuilder.llm import load_chat_model
-
         policy = MemBuilderPolicy(load_chat_model(args.model))
 
     steps = []

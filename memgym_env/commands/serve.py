@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from membuilder.llm.embedders import load_embedder
+from membuilder.llm.registry import load_chat_model
+from membuilder.llm.server import ModelServer
+
 HELP = "serve a local chat model and embedder over an OpenAI-compatible HTTP API"
 EXAMPLES = """examples:
   memgym serve                                   # SmolLM2-135M + MiniLM on http://127.0.0.1:8000/v1
@@ -30,10 +34,6 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     import sys
-
-    from membuilder.llm.embedders import load_embedder
-    from membuilder.llm.registry import load_chat_model
-    from membuilder.llm.server import ModelServer
 
     if args.max_batch < 1:
         raise ValueError(f"--max-batch must be >= 1, got {args.max_batch}")

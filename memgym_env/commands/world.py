@@ -6,6 +6,15 @@ import argparse
 import json
 import sys
 
+from membuilder.llm import load_chat_model
+from memgym_env.world.config import load_config, parse_set_args
+from memgym_env.world.data_json import read_world, write_world
+from memgym_env.world.llm_generator import LLMWorldGenerator
+from memgym_env.world.offline import generate_world
+from memgym_env.world.oracle import expert_steps
+from memgym_env.world.show import render_user
+from memgym_env.world.validate import world_issues
+
 HELP = "Structured user worlds (AMemGym data.json): generate, show, validate, export expert ops."
 
 EXAMPLES = """examples:
@@ -52,23 +61,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _generate(args) -> int:
     import time
 
-    from memgym_env.world.config import load_config, parse_set_args
-    from memgym_env.world.data_json import write_world
-    from memgym_env.world.validate import world_issues
-
     overrides = parse_set_args(args.set)
     if args.seed is not None:
         overrides["seed"] = args.seed
     cfg = load_config(args.config, overrides)
     t0 = time.perf_counter()
     if args.generator == "offline":
-        from memgym_env.world.offline import generate_world
-
         world = generate_world(cfg)
     else:
-        from membuilder.llm import load_chat_model
-        from memgym_env.world.llm_generator import LLMWorldGenerator
-
         model = load_chat_model(args.model)
         gen = LLMWorldGenerator(model, cfg, work_dir=args.work_dir, max_retries=args.max_retries)
         world, report = gen.generate()
@@ -84,14 +84,10 @@ def _generate(args) -> int:
 
 
 def run(args) -> int:
-    from memgym_env.world.data_json import read_world
-
     if args.world_command == "generate":
         return _generate(args)
     world = read_world(args.path)
     if args.world_command == "show":
-        from memgym_env.world.show import render_user
-
         try:
             user = world.user(args.user)
         except KeyError as exc:
@@ -99,8 +95,6 @@ def run(args) -> int:
         print(render_user(user, messages=args.messages))
         return 0
     if args.world_command == "validate":
-        from memgym_env.world.validate import world_issues
-
         issues = world_issues(world)
         for line in issues:
             print(line)
@@ -108,8 +102,6 @@ def run(args) -> int:
         print(f"{args.path}: {len(world)} users, {sessions} sessions, "
               f"{'valid' if not issues else f'{len(issues)} issues'}")
         return 0 if not issues else 1
-    from memgym_env.world.oracle import expert_steps
-
     users = [world.user(args.user)] if args.user is not None else list(world)
     out = sys.stdout if args.out == "-" else open(args.out, "w", encoding="utf-8")
     try:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from membuilder.ops import AGENTS, Add, CoreAppend, CoreReplace, CoreRewrite, Op, Update, render_ops
+from memgym_env.world.catalog import load_catalog
 from memgym_env.world.types import SessionRef, VariableInfo, WorldUser
 
 
@@ -43,8 +44,6 @@ def variable_info(user: WorldUser, variable: str) -> VariableInfo:
     """The user's own info for ``variable``, else the catalog's (same name, same values), else a plain one."""
     if variable in user.variable_info:
         return user.variable_info[variable]
-    from memgym_env.world.catalog import load_catalog
-
     spec = load_catalog().variables.get(variable)
     if spec is not None and set(user.state_schema.get(variable, ())) <= set(spec.values):
         return spec.info()
