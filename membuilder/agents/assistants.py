@@ -5,32 +5,30 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from membuilder.agents.assistant import ChatAssistant
+from membuilder.agents.awe import AWEAssistant
+from membuilder.agents.awi import AWIAssistant
+from membuilder.agents.membuilder_assistant import MemBuilderAssistant
+from membuilder.agents.native import NativeAssistant
+from membuilder.agents.oracle import OracleAssistant
+from membuilder.agents.rag import RAGAssistant
+
 ASSISTANTS = ("native", "rag", "awe", "awi", "membuilder", "oracle")
 NEEDS_EMBEDDER = ("rag", "awe", "membuilder")
 
 
+CLASSES = {"native": NativeAssistant, "rag": RAGAssistant, "awe": AWEAssistant, "awi": AWIAssistant,
+           "membuilder": MemBuilderAssistant, "oracle": OracleAssistant}
+
+
 def assistant_class(name: str):
-    if name == "native":
-        from membuilder.agents.native import NativeAssistant as cls
-    elif name == "rag":
-        from membuilder.agents.rag import RAGAssistant as cls
-    elif name == "awe":
-        from membuilder.agents.awe import AWEAssistant as cls
-    elif name == "awi":
-        from membuilder.agents.awi import AWIAssistant as cls
-    elif name == "membuilder":
-        from membuilder.agents.membuilder_assistant import MemBuilderAssistant as cls
-    elif name == "oracle":
-        from membuilder.agents.oracle import OracleAssistant as cls
-    else:
+    if name not in CLASSES:
         raise ValueError(f"unknown assistant {name!r}; expected one of {', '.join(ASSISTANTS)}")
-    return cls
+    return CLASSES[name]
 
 
 def accepted_options(name: str) -> set[str]:
     """Keyword options the assistant takes (its own and ``ChatAssistant``'s)."""
-    from membuilder.agents.assistant import ChatAssistant
-
     names = set()
     for cls in (assistant_class(name), ChatAssistant):
         names |= {p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "model", "embedder", "kwargs")}

@@ -216,8 +216,6 @@ def evaluate(cfg: EvalConfig, models: dict[str, Any] | None = None, quiet: bool 
     stages: dict[str, dict[str, float]] = {}
     models = dict(models or {})
     if n_pending:
-        if cfg.system == "membuilder" and "model" not in models:
-            membuilder_session_builder(None)  # fails fast, before any model is loaded, if it cannot run
         _load_models(cfg, models, stages)
         check = _judge_check(cfg, run, models, stages, [q for _, q in selected])
         threshold = check.get("threshold") if check else None

@@ -29,6 +29,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from membuilder.agents.constructor import MemBuilderPolicy
+from membuilder.llm.base import Sampling
+from membuilder.memory import MemoryBank
+from membuilder.ops import AGENTS
 from memgym_env.conversation import Conversation, QAItem, Session
 
 from .answering import memory_block
@@ -196,13 +200,6 @@ def membuilder_session_builder(model, max_new_tokens: int = 384, view_k: int = 2
     and the top-``view_k`` entries of their own type for the session text) and only then are
     their outputs applied, so no agent sees another's writes (protocols §1).
     """
-    try:
-        from membuilder.agents.constructor import MemBuilderPolicy
-        from membuilder.llm.base import Sampling
-        from membuilder.ops import AGENTS
-    except ImportError as exc:
-        raise ValueError("system 'membuilder' needs membuilder.agents.constructor.MemBuilderPolicy, which is not in "
-                         "this checkout; use --system rag, full-context or oracle-evidence") from exc
     if model is None:
         return lambda bank, session, conv: None
     policy = MemBuilderPolicy(model, Sampling(temperature=0.0, max_new_tokens=max_new_tokens))
@@ -238,8 +235,6 @@ class MemBuilder:
         self._banks: dict[str, Any] = {}
 
     def build(self, conv: Conversation, folder: Path) -> dict[str, Any]:
-        from membuilder.memory import MemoryBank
-
         folder.mkdir(parents=True, exist_ok=True)
         state_path, bank_path = folder / "progress.json", folder / "bank"
         digest = conversation_digest(conv)
