@@ -68,7 +68,7 @@ class BenchmarkEvalArgs:
 
     benchmark_eval: str = field(default="{}", metadata={
         "help": "EvalConfig fields of the benchmark sample to evaluate during training: a YAML mapping in a config "
-                "file, JSON on the command line; empty: no evaluation."})
+                "file, JSON on the command line; out defaults to <output_dir>/benchmark_eval; empty: no evaluation."})
     benchmark_eval_steps: int = field(default=100, metadata={"help": "Evaluate every N optimizer steps."})
     benchmark_eval_roles: str = field(default="model", metadata={
         "help": "Roles the policy plays, comma-separated: model (the membuilder system's memory constructor), "
