@@ -10,10 +10,16 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
+
+from membuilder.llm.base import UsageLedger
+from membuilder.llm.openai_backend import ModelCallError, OpenAIHTTP
+from membuilder.llm.registry import parse_spec
 
 # Short names for embedders that ship inside PyPI packages, so nothing is fetched at run time.
 _PACKAGED = {
@@ -91,11 +97,6 @@ class OpenAIEmbedder:
     def __init__(self, model: str, base_url: str, *, api_key_env: str | None = None, name: str | None = None,
                  batch_size: int = 128, max_concurrency: int = 4, timeout_s: float = 60.0, max_retries: int = 3,
                  backoff_s: float = 0.5, dim: int | None = None):
-        from concurrent.futures import ThreadPoolExecutor
-
-        from membuilder.llm.base import UsageLedger
-        from membuilder.llm.openai_backend import OpenAIHTTP
-
         self.model = model
         self.name = name or f"openai:{model}@{base_url}"
         self.batch_size = batch_size
@@ -114,10 +115,6 @@ class OpenAIEmbedder:
         return self._dim
 
     def encode(self, texts: list[str]) -> np.ndarray:
-        import time
-
-        from membuilder.llm.openai_backend import ModelCallError
-
         texts = list(texts)
         if not all(isinstance(t, str) for t in texts):
             raise TypeError(f"{self.name}.encode: every text must be a string")
@@ -149,8 +146,6 @@ class OpenAIEmbedder:
 def load_embedder(spec="minilm", **kwargs) -> Embedder:
     """Build an embedder from a spec: ``minilm``, a local sentence-transformers folder,
     ``openai:<model>@<base_url>``, or a mapping / ``ModelSpec`` with ``backend: openai``."""
-    from membuilder.llm.registry import parse_spec
-
     s = parse_spec(spec, **kwargs)
     options = dict(s.options)
     if s.backend == "openai" or s.base_url:
