@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-vllm demo test test-vllm bench acceptance ladder lint clean
+.PHONY: setup setup-vllm demo test test-vllm bench bench-engines acceptance ladder lint clean
 
 setup: $(STAMP)
 
@@ -62,6 +62,14 @@ bench: setup
 	$(PY) bench/env_step.py
 	$(PY) bench/world_generation.py
 	$(PY) bench/generation.py --threads 1
+	$(PY) bench/bf16_agreement.py
+	$(PY) bench/longmemeval_read.py
+
+# Engines against each other on whole jobs (about 40 minutes on 2 cores): an ADRPO step and the
+# answer stage of a 40-question LoCoMo eval, with transformers and (given .venv-vllm) vLLM.
+bench-engines: setup
+	$(PY) bench/adrpo_step.py
+	$(PY) bench/eval_answer_stage.py
 
 # MemoryGym-Interactive-v0's acceptance run: six assistants, 2 users x 3 periods; about 11 minutes on 2 cores.
 acceptance: setup

@@ -5,17 +5,17 @@ LoRA, one session = 4 agents x G = 2 completions of up to 160 tokens, prompts up
 tokens, MemoryGym-v0's evidence reward), run for two optimizer steps in each of:
 
 - ``hf-fp32``: the policy in float32, rollouts from transformers (the recipe before bf16);
-- ``hf-bf16``: the policy's frozen base in bfloat16 under LoRA (``dtype: auto``), rollouts from
-  transformers;
-- ``vllm-bf16``: the same policy, rollouts from vLLM's CPU engine colocated in the trainer
-  (configs/train/adrpo_smollm2_cpu_vllm.yaml; needs ``.venv-vllm``).
+- ``hf-bf16``: the policy's frozen base in bfloat16 under LoRA, rollouts from transformers (what
+  ``dtype: auto`` picks on CPUs with AMX; not run by default);
+- ``vllm``: the policy as ``dtype: auto`` picks it, rollouts from vLLM's CPU engine colocated in
+  the trainer (configs/train/adrpo_smollm2_cpu_vllm.yaml; needs ``.venv-vllm``).
 
 Each runs in a fresh process. ``generate`` is everything before the reward (weight sync, the
 rollouts, the log-probabilities of the sampling policy), ``score`` the session reward, and
 ``optimise`` the rest of the step (the loss's forward and backward passes and the update).
 Per engine the JSON holds both steps and the mean of the second ones.
 
-    python bench/adrpo_step.py [--engines hf-fp32,hf-bf16,vllm-bf16] [--steps 2]
+    python bench/adrpo_step.py [--engines hf-fp32,vllm] [--steps 2]
 """
 
 from __future__ import annotations
@@ -36,9 +36,10 @@ ROOT = Path(__file__).resolve().parents[1]
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 RUNS = {
     "hf-fp32": ("configs/train/adrpo_smollm2_cpu.yaml", ["--dtype", "float32"]),
-    "hf-bf16": ("configs/train/adrpo_smollm2_cpu.yaml", ["--dtype", "auto"]),
-    "vllm-bf16": ("configs/train/adrpo_smollm2_cpu_vllm.yaml", []),
+    "hf-bf16": ("configs/train/adrpo_smollm2_cpu.yaml", ["--dtype", "bfloat16"]),
+    "vllm": ("configs/train/adrpo_smollm2_cpu_vllm.yaml", []),
 }
+DEFAULT_RUNS = "hf-fp32,vllm"
 
 
 def measure(engine: str, steps: int) -> dict:
@@ -84,7 +85,7 @@ def run_engine(engine: str, steps: int) -> dict | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engines", default=",".join(RUNS))
+    parser.add_argument("--engines", default=DEFAULT_RUNS, help=f"some of {', '.join(RUNS)}")
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--worker", choices=sorted(RUNS), help=argparse.SUPPRESS)
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "adrpo_step.json"))

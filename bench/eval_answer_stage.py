@@ -3,11 +3,12 @@
 The run: LoCoMo conv-26 (``../shared/data/locomo``), the ``rag`` system, the first 40 questions,
 SmolLM2-135M as answerer and judge, the judge check off. It runs once per engine, each in a
 fresh process and a fresh output folder: transformers in float32 (``MEMGYM_DTYPE=float32``, the
-engine before bf16), transformers in bfloat16 (the default on CPUs with AMX), and
-vLLM's CPU engine (from ``.venv-vllm``, where ``smollm2-135m`` picks it). Seconds come from the
+engine before this work and still the default on CPUs without AMX), transformers in bfloat16
+(``hf-bf16``, the default on CPUs with AMX; not run by default), and vLLM's CPU engine (from
+``.venv-vllm``, where ``smollm2-135m`` picks it). Seconds come from the
 run's own ``run.json`` (stage ``answer``), so model loading is not counted.
 
-    python bench/eval_answer_stage.py [--engines hf-fp32,hf-bf16,vllm-bf16] [--limit 40]
+    python bench/eval_answer_stage.py [--engines hf-fp32,vllm] [--limit 40]
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 DATA = ROOT.parent / "shared" / "data" / "locomo" / "locomo10_conv-26.json"
 ENGINES = {"hf-fp32": {"MEMGYM_DTYPE": "float32", "MEMGYM_ENGINE": "transformers"},
-           "hf-bf16": {"MEMGYM_DTYPE": "auto", "MEMGYM_ENGINE": "transformers"},
-           "vllm-bf16": {"MEMGYM_ENGINE": "vllm", "VLLM_CPU_KVCACHE_SPACE": "2"}}
+           "hf-bf16": {"MEMGYM_DTYPE": "bfloat16", "MEMGYM_ENGINE": "transformers"},
+           "vllm": {"MEMGYM_ENGINE": "vllm", "VLLM_CPU_KVCACHE_SPACE": "2"}}
+DEFAULT_ENGINES = "hf-fp32,vllm"
 
 
 def run_engine(engine: str, limit: int) -> dict | None:
@@ -55,7 +57,7 @@ def run_engine(engine: str, limit: int) -> dict | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engines", default=",".join(ENGINES))
+    parser.add_argument("--engines", default=DEFAULT_ENGINES, help=f"some of {', '.join(ENGINES)}")
     parser.add_argument("--limit", type=int, default=40)
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "eval_answer_stage.json"))
     args = parser.parse_args()

@@ -3,7 +3,8 @@
 Engines: transformers in float32, transformers in bfloat16 (the default on CPUs with AMX), and
 vLLM's CPU engine in bfloat16 and in float32 (when ``.venv-vllm`` exists; ``make setup-vllm``).
 All engines live in one process (under ``.venv-vllm`` when it exists, which has both
-transformers and vLLM) and take turns on the same prompts: about 512 prompt tokens and exactly
+transformers and vLLM); the transformers engines run first, taking turns, then the vLLM ones
+(an idle vLLM engine's worker keeps polling and would slow the others). Same prompts for all: about 512 prompt tokens and exactly
 128 new tokens each, greedy, at batch 1, 8 and 16, for ``--rounds`` rounds, keeping each
 engine's best. Throughput is generated tokens per second of wall time. The machine is shared and
 noisy: taking turns spreads other jobs' load over all engines, and each row records the load
@@ -15,6 +16,7 @@ average it ran under.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -94,24 +96,35 @@ def main() -> None:
     from membuilder.llm import Sampling
 
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
-    models, engines = {}, {}
-    for engine in wanted:
-        started = time.perf_counter()
-        models[engine] = load(engine, args.threads)
-        models[engine].generate([prompt_of(models[engine].tokenizer, 0, 64)], Sampling(max_new_tokens=4))  # warm-up
-        engines[engine] = {"runs_as": models[engine].engine, "load_s": round(time.perf_counter() - started, 1),
-                           "results": []}
-    # Engines take turns at every batch size and round: load from other jobs falls on all of them.
-    for batch in batch_sizes:
-        best: dict[str, dict] = {}
-        for _ in range(args.rounds):
-            for engine in wanted:
-                row = measure(models[engine], engine, batch, args.prompt_tokens, args.new_tokens)
-                print(json.dumps({"engine": engine, **row}), file=sys.stderr, flush=True)
-                if engine not in best or row["tokens_per_s"] > best[engine]["tokens_per_s"]:
-                    best[engine] = row
-        for engine in wanted:
-            engines[engine]["results"].append(best[engine])
+    engines: dict[str, dict] = {}
+    # One backend at a time: an idle vLLM engine's worker keeps polling for work and would slow
+    # the transformers engines beside it. Within a backend, engines take turns at every batch
+    # size and round, so load from other jobs falls on all of them.
+    for backend in ("transformers", "vllm"):
+        group = [e for e in wanted if ENGINES[e][0] == backend]
+        models = {}
+        for engine in group:
+            started = time.perf_counter()
+            models[engine] = load(engine, args.threads)
+            models[engine].generate([prompt_of(models[engine].tokenizer, 0, 64)], Sampling(max_new_tokens=4))
+            engines[engine] = {"runs_as": models[engine].engine, "load_s": round(time.perf_counter() - started, 1),
+                               "results": []}
+        for batch in batch_sizes:
+            best: dict[str, dict] = {}
+            for _ in range(args.rounds):
+                for engine in group:
+                    row = measure(models[engine], engine, batch, args.prompt_tokens, args.new_tokens)
+                    print(json.dumps({"engine": engine, **row}), file=sys.stderr, flush=True)
+                    if engine not in best or row["tokens_per_s"] > best[engine]["tokens_per_s"]:
+                        best[engine] = row
+            for engine in group:
+                engines[engine]["results"].append(best[engine])
+        for model in models.values():
+            close = getattr(model, "close", None)
+            if close is not None:
+                close()
+        del models
+        gc.collect()
     tok_s = {e: {r["batch_size"]: r["tokens_per_s"] for r in res["results"]} for e, res in engines.items()}
     result = {
         "model": "smollm2-135m (SmolLM2-135M-Instruct)",

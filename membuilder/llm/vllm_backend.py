@@ -106,6 +106,12 @@ class VLLMChatModel:
         if self.dtype == "auto":
             self.dtype = str(self.llm.llm_engine.model_config.dtype).replace("torch.", "")
 
+    def close(self) -> None:
+        """Stop the engine's processes now rather than at interpreter exit (their workers poll)."""
+        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if core is not None and hasattr(core, "shutdown"):
+            core.shutdown()
+
     @property
     def engine(self) -> str:
         """What runs this model, for reports: e.g. ``vllm bfloat16 on cpu``."""

@@ -20,7 +20,9 @@ def ask(text: str) -> list[dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def model():
-    return load_chat_model("vllm:smollm2-135m", max_model_len=2048)
+    model = load_chat_model("vllm:smollm2-135m", max_model_len=2048)
+    yield model
+    model.close()
 
 
 def test_short_names_pick_vllm_where_it_is_installed(monkeypatch):
