@@ -147,3 +147,19 @@ def test_vllm_backend_generates_json_and_scores_choices():
     assert len(model.generate([conv, conv], Sampling(n=3, max_new_tokens=4, temperature=0.8, seed=1))) == 6
     scores = model.choice_logprobs([{"role": "user", "content": "Capital of France? One word."}], ["Paris", "Banana"])
     assert scores[0] > scores[1]
+
+
+def test_engine_switch_moves_only_the_chat_short_names(monkeypatch):
+    monkeypatch.setenv("MEMGYM_ENGINE", "vllm")
+    assert parse_spec("smollm2-135m").backend == "vllm"
+    assert parse_spec("minilm").backend == "transformers"  # an embedder name is never switched
+    assert parse_spec("/models/policy").backend == "transformers"
+    from membuilder.llm.embedders import load_embedder
+
+    assert load_embedder("minilm").encode(["a cat"]).shape == (1, 384)
+    monkeypatch.setenv("MEMGYM_ENGINE", "tpu")
+    with pytest.raises(ValueError, match="MEMGYM_ENGINE"):
+        parse_spec("smollm2-135m")
+    monkeypatch.delenv("MEMGYM_ENGINE")
+    expected = "vllm" if HAS_VLLM else "transformers"
+    assert parse_spec("smollm2-135m").backend == expected

@@ -13,7 +13,8 @@ String specs (CLI flags, quick configs):
 Which engine runs a short name like ``smollm2-135m`` when the spec names none: vLLM where this
 interpreter has it (``.venv-vllm``, built by ``make setup-vllm``, or a GPU install), else
 transformers (bfloat16 on CPUs with AMX, float32 on other CPUs).
-``$MEMGYM_ENGINE=transformers`` (or ``vllm``) fixes the choice for a whole process.
+``$MEMGYM_ENGINE=transformers`` (or ``vllm``) fixes the choice for the short names in a whole
+process; embedder names and paths are never switched.
 
 Mapping specs (YAML), every key optional but ``model``::
 
@@ -94,17 +95,16 @@ TRANSFORMERS_ONLY_OPTIONS = ("threads", "batch_size")
 
 def default_backend(model: str) -> str:
     """The backend for a spec that names none: the fastest one here for the short names."""
+    if model.lower() not in CHAT_SHORT_NAMES:
+        return "transformers"  # paths, hub ids and embedder names: the engine switch is for short names
     engine = os.environ.get("MEMGYM_ENGINE", "auto").strip().lower() or "auto"
     if engine not in ENGINES:
         raise ValueError(f"$MEMGYM_ENGINE is {engine!r}; use one of {ENGINES}")
     if engine != "auto":
         return engine
-    if model.lower() in CHAT_SHORT_NAMES:
-        from membuilder.llm.vllm_backend import vllm_available
+    from membuilder.llm.vllm_backend import vllm_available
 
-        if vllm_available():
-            return "vllm"
-    return "transformers"
+    return "vllm" if vllm_available() else "transformers"
 
 
 def _merge(base: ModelSpec, over: ModelSpec) -> ModelSpec:
