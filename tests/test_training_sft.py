@@ -149,3 +149,28 @@ def test_lora_sft_saves_an_adapter_and_a_merged_model_the_backend_loads(small_ro
     model = load_chat_model({"model": paths["merged"], "backend": "transformers"})
     out = model.generate([[{"role": "user", "content": "hi"}]], Sampling(max_new_tokens=4))
     assert len(out) == 1
+
+
+def test_end_of_turn_is_trained_although_smollm2_pads_with_it(tmp_path):
+    """SmolLM2's pad token is its end-of-turn token (<|im_end|>, id 2). Padding must not mask
+    the <|im_end|> that closes each expert reply: a policy that never learns it runs to the
+    token limit."""
+    from datasets import Dataset
+    from trl import SFTConfig
+
+    from membuilder.training.sft import build_sft_trainer
+    from train.common import load_policy
+
+    _, tok, _ = load_policy("smollm2-135m", "float32")
+    assert tok.pad_token_id == tok.convert_tokens_to_ids("<|im_end|>")
+    rows = [{"messages": [{"role": "user", "content": "Remember a fact."},
+                          {"role": "assistant", "content": '{"operation": "APPEND", "content": "x"}'}]},
+            {"messages": [{"role": "user", "content": "Remember a much longer fact, it takes more tokens."},
+                          {"role": "assistant", "content": '{"a": 1}'}]}]
+    args = SFTConfig(output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=2, use_cpu=True, bf16=False,
+                     report_to="none", save_strategy="no", assistant_only_loss=True, gradient_checkpointing=False)
+    trainer = build_sft_trainer(tiny_llama(tok), tok, Dataset.from_list(rows), args)
+    batch = next(iter(trainer.get_train_dataloader()))
+    for ids, labels, row in zip(batch["input_ids"].tolist(), batch["labels"].tolist(), rows, strict=True):
+        trained = tok.decode([i for i, lab in zip(ids, labels) if lab != -100])
+        assert trained == row["messages"][-1]["content"] + "<|im_end|>"
