@@ -32,8 +32,9 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
 
+from engine_python import python_for  # bench/ is the script's own folder
+
 ROOT = Path(__file__).resolve().parents[1]
-VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 RUNS = {
     "hf-fp32": ("configs/train/adrpo_smollm2_cpu.yaml", ["--dtype", "float32"]),
     "hf-bf16": ("configs/train/adrpo_smollm2_cpu.yaml", ["--dtype", "bfloat16"]),
@@ -71,11 +72,9 @@ def measure(engine: str, steps: int) -> dict:
 
 
 def run_engine(engine: str, steps: int) -> dict | None:
-    vllm = engine.startswith("vllm")
-    if vllm and not VLLM_PYTHON.exists():
-        print(f"skipping {engine}: no .venv-vllm (make setup-vllm)", file=sys.stderr)
+    python = python_for(engine)
+    if python is None:
         return None
-    python = str(VLLM_PYTHON) if vllm else sys.executable
     with tempfile.TemporaryDirectory() as tmp:
         result = Path(tmp) / "result.json"  # not stdout: the engine's shutdown may print there
         subprocess.run([python, __file__, "--worker", engine, "--steps", str(steps), "--out", str(result)], cwd=ROOT,

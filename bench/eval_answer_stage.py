@@ -17,12 +17,12 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
+from engine_python import python_for  # bench/ is the script's own folder
+
 ROOT = Path(__file__).resolve().parents[1]
-VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 DATA = ROOT.parent / "shared" / "data" / "locomo" / "locomo10_conv-26.json"
 ENGINES = {"hf-fp32": {"MEMGYM_DTYPE": "float32", "MEMGYM_ENGINE": "transformers"},
            "hf-bf16": {"MEMGYM_DTYPE": "bfloat16", "MEMGYM_ENGINE": "transformers"},
@@ -31,14 +31,12 @@ DEFAULT_ENGINES = "hf-fp32,vllm"
 
 
 def run_engine(engine: str, limit: int) -> dict | None:
-    vllm = engine.startswith("vllm")
-    if vllm and not VLLM_PYTHON.exists():
-        print(f"skipping {engine}: no .venv-vllm (make setup-vllm)", file=sys.stderr)
+    python = python_for(engine)
+    if python is None:
         return None
-    python = str(VLLM_PYTHON) if vllm else sys.executable
     out = Path(tempfile.mkdtemp(prefix=f"eval-answer-{engine}-"))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", **ENGINES[engine]}
-    if not vllm:
+    if not engine.startswith("vllm"):
         env.setdefault("MEMGYM_TORCH_THREADS", "1")
     cmd = [python, "-m", "memgym_env.cli", "eval", "--benchmark", "locomo", "--data", str(DATA), "--system", "rag",
            "--limit", str(limit), "--no-judge-check", "--out", str(out)]

@@ -27,8 +27,9 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
 
+from engine_python import VLLM_PYTHON  # bench/ is the script's own folder
+
 ROOT = Path(__file__).resolve().parents[1]
-VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 ENGINES = {"hf-fp32": ("transformers", "float32"), "hf-bf16": ("transformers", "bfloat16"),
            "vllm-bf16": ("vllm", "bfloat16"), "vllm-fp32": ("vllm", "float32")}
 FILLER = ("I keep a notebook of the places I have lived, the people I met there, and the small "

@@ -355,13 +355,7 @@ class TransformersChatModel:
         # Left padding shifts positions; count them from each row's first real token, as generate does.
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         with self._lock, torch.inference_mode():
-            body, head = self.model.get_decoder(), self.model.get_output_embeddings()
-            if body is not None and head is not None:
-                hidden = body(input_ids=ids, attention_mask=mask, position_ids=positions).last_hidden_state
-                logits = self._head_logits(head, hidden[:, -1])
-            else:
-                logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                                    logits_to_keep=1).logits[:, -1].float()
+            logits = self._logits(lambda h: h[:, -1], input_ids=ids, attention_mask=mask, position_ids=positions)
         logprobs = torch.log_softmax(logits, dim=-1).cpu()
         self.ledger.record(purpose, len(rows), sum(map(len, rows)), 0, time.perf_counter() - started)
         return logprobs
@@ -384,20 +378,28 @@ class TransformersChatModel:
         last = torch.tensor([len(s) - 1 for s in suffixes], device=self.device)
         with self._lock, torch.inference_mode():
             cache = DynamicCache(config=self.model.config)
+            # the prefix pass only fills the cache: its logits are not read, so keep one
             self.model(input_ids=torch.tensor([rows[0][:shared]], device=self.device), use_cache=True,
-                       **{_cache_arg(self.model): cache})
+                       logits_to_keep=1, **{_cache_arg(self.model): cache})
             cache.batch_repeat_interleave(n)
-            body, head = self.model.get_decoder(), self.model.get_output_embeddings()
-            if body is not None and head is not None:
-                hidden = body(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                              **{_cache_arg(body): cache}).last_hidden_state
-                # only each row's last real position goes through the (vocabulary-sized) head
-                logits = self._head_logits(head, hidden[torch.arange(n, device=self.device), last])
-            else:
-                logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                                    **{_cache_arg(self.model): cache}).logits[torch.arange(n, device=self.device),
-                                                                               last].float()
+            batch = torch.arange(n, device=self.device)
+            logits = self._logits(lambda h: h[batch, last], cache=cache, input_ids=ids, attention_mask=mask,
+                                  position_ids=positions, use_cache=True)
         return torch.log_softmax(logits, dim=-1).cpu()
+
+    def _logits(self, select, cache=None, **inputs):
+        """Float32 logits at the positions ``select`` picks from the last hidden states.
+
+        Only the picked positions go through the (vocabulary-sized) head, in float32 (see
+        ``_head_logits``); a model without a separate body and head runs whole."""
+        body, head = self.model.get_decoder(), self.model.get_output_embeddings()
+        if body is not None and head is not None:
+            if cache is not None:
+                inputs[_cache_arg(body)] = cache
+            return self._head_logits(head, select(body(**inputs).last_hidden_state))
+        if cache is not None:
+            inputs[_cache_arg(self.model)] = cache
+        return select(self.model(**inputs).logits).float()
 
     def _head_logits(self, head, hidden):
         """Logits in float32 from the last hidden states. Under bfloat16 the head runs in float32:
@@ -419,12 +421,7 @@ class TransformersChatModel:
         mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=self.device)
         start = len(prompt) - 1  # the position whose next token is each continuation's first
         with torch.inference_mode():
-            body, head = self.model.get_decoder(), self.model.get_output_embeddings()
-            if body is not None and head is not None:
-                hidden = body(input_ids=ids, attention_mask=mask).last_hidden_state[:, start:-1]
-                logits = self._head_logits(head, hidden)
-            else:
-                logits = self.model(input_ids=ids, attention_mask=mask).logits[:, start:-1].float()
+            logits = self._logits(lambda h: h[:, start:-1], input_ids=ids, attention_mask=mask)
         logprobs = torch.log_softmax(logits, dim=-1)
         scores = []
         for k, cont in enumerate(continuations):
@@ -439,12 +436,7 @@ class TransformersChatModel:
         torch = self._torch
         ids = self.render(conversation, continue_final=continue_final)
         with self._lock, torch.inference_mode():
-            body, head = self.model.get_decoder(), self.model.get_output_embeddings()
-            tokens = torch.tensor([ids], device=self.device)
-            if body is not None and head is not None:
-                logits = self._head_logits(head, body(input_ids=tokens).last_hidden_state[0])
-            else:
-                logits = self.model(input_ids=tokens).logits.float()[0]
+            logits = self._logits(lambda h: h[0], input_ids=torch.tensor([ids], device=self.device))
         logprobs = torch.log_softmax(logits[:-1], dim=-1)
         values = logprobs[torch.arange(len(ids) - 1), torch.tensor(ids[1:])].tolist()
         return [(tok, self.tokenizer.decode([tok]), None if i == 0 else values[i - 1]) for i, tok in enumerate(ids)]
