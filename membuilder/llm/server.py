@@ -1,7 +1,7 @@
 """``memgym serve``: an OpenAI-compatible HTTP server over a local ``ChatModel`` and ``Embedder``.
 
-Lets any tool that speaks the OpenAI API use a local (e.g. freshly trained) checkpoint. Built on
-the standard library's ``ThreadingHTTPServer``: no web framework to install.
+Lets any tool that speaks the OpenAI API use a local (e.g. freshly trained) checkpoint. Runs on
+Starlette under uvicorn (HTTP/1.1 with keep-alive, a listen backlog of 2048).
 
 Endpoints
 - ``GET  /v1/models``: the served chat model and embedder.
@@ -12,157 +12,277 @@ Endpoints
   backend's ``choice_logprobs``). ``response_format`` with a JSON schema is refused with 400:
   this server cannot constrain decoding, and saying so lets a client fall back knowingly.
   Streaming is not offered.
-- ``POST /v1/embeddings``: ``input`` (a string or a list of strings).
+- ``POST /v1/embeddings``: ``input`` (a string or a list of at most 2048 strings).
 - ``POST /tokenize``: ``prompt`` -> ``{"tokens": [...], "count": n}`` (as vLLM).
-- ``GET  /health``.
+- ``GET  /health`` (open without the key).
 
-Concurrent chat requests with the same sampling settings are gathered for a few milliseconds
-and run as one batched ``generate``: a client sending 16 requests at once gets batched
-throughput.
+Limits (``ServeLimits``), so that no request can hold the server:
+- the prompt must fit the model's context (``prompt_tokens < context_length``, else 400), and
+  ``max_tokens`` must be a whole number from 1 to the context length (else 400); it is then
+  lowered to ``max_tokens`` of the limits and to what the context leaves after the prompt
+  (``finish_reason`` "length" tells the client);
+- at most ``max_queue`` model requests wait or run at once; one more is answered 429 with
+  ``Retry-After`` (the openai backend retries those); past that, uvicorn answers 503;
+- a body over ``max_body_bytes`` gets 413; a body that is not UTF-8 JSON (``NaN`` and
+  ``Infinity`` included), a wrong type or range, gets 400; a malformed request line or header
+  (``Content-Length: abc``) gets 400 from uvicorn;
+- a client that disconnects cancels its generation (the batch stops at the next token when
+  every request in it is gone);
+- with an API key (``api_key``), every route but ``/health`` needs ``Authorization: Bearer KEY``
+  (401 otherwise). Binding an address beyond loopback without a key is refused.
+
+Concurrent chat requests with the same sampling settings (and prompts of similar length) are
+gathered for a few milliseconds and run as one batched ``generate``: a client sending 16
+requests at once gets batched throughput.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hmac
+import inspect
 import json
+import math
 import queue
+import socket
 import threading
 import time
 import uuid
 from concurrent.futures import Future
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass, field
 from typing import Any
 
 from membuilder.llm.base import Sampling, check_conversations
 
-MAX_BODY_BYTES = 32 * 1024 * 1024
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+API_KEY_ENV = "MEMGYM_API_KEY"
+MAX_EMBED_INPUTS = 2048
+
+
+@dataclass
+class ServeLimits:
+    """What one request may ask of ``memgym serve``."""
+
+    context_length: int | None = None  # prompt + completion tokens; None: read from the model's config
+    max_tokens: int = 2048  # completion tokens per request at most (a larger request is lowered to this)
+    max_queue: int = 256  # model requests waiting or running at once; one more gets 429
+    max_body_bytes: int = 32 * 1024 * 1024  # request body size; larger gets 413
+
+    def __post_init__(self):
+        for name in ("max_tokens", "max_queue", "max_body_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"ServeLimits.{name} must be >= 1, got {getattr(self, name)}")
+        if self.context_length is not None and self.context_length < 2:
+            raise ValueError(f"ServeLimits.context_length must be >= 2, got {self.context_length}")
 
 
 class RequestError(ValueError):
-    def __init__(self, message: str, status: int = 400):
+    def __init__(self, message: str, status: int = 400, headers: dict[str, str] | None = None):
         super().__init__(message)
-        self.status = status
+        self.status, self.headers = status, headers or {}
+
+
+def is_loopback(host: str) -> bool:
+    return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+def model_context_length(model: Any, default: int = 8192) -> int:
+    """The context length of a chat model: its ``context_length``, else its transformers config's
+    ``max_position_embeddings``, else the tokenizer's ``model_max_length`` when plausible."""
+    value = getattr(model, "context_length", None)
+    config = getattr(getattr(model, "model", None), "config", None)
+    for candidate in (value, getattr(config, "max_position_embeddings", None),
+                      getattr(getattr(model, "tokenizer", None), "model_max_length", None)):
+        if isinstance(candidate, int) and 1 < candidate < 10_000_000:
+            return candidate
+    return default
+
+
+# ---- generation --------------------------------------------------------------------------
+@dataclass
+class _Job:
+    conversation: list[dict]
+    sampling: Sampling
+    bucket: int  # prompts of very different lengths are not batched together (padding cost)
+    future: Future = field(default_factory=Future)
+    gone: threading.Event = field(default_factory=threading.Event)  # the client disconnected
 
 
 class GenerationBatcher:
     """Runs chat requests in batches: requests with equal sampling settings that arrive within
-    ``window_s`` of each other (up to ``max_batch``) share one ``generate`` call."""
+    ``window_s`` of each other (up to ``max_batch``) share one ``generate`` call. A job whose
+    client left before its batch started is dropped; a running batch is stopped when every job
+    in it is gone (for models whose ``generate`` takes ``should_stop``)."""
 
     def __init__(self, model: Any, max_batch: int = 16, window_s: float = 0.01):
         self.model, self.max_batch, self.window_s = model, max_batch, window_s
+        try:
+            self._can_stop = "should_stop" in inspect.signature(model.generate).parameters
+        except (TypeError, ValueError):
+            self._can_stop = False
         self._queue: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="memgym-serve-batcher", daemon=True)
         self._thread.start()
 
-    def submit(self, conversation: list[dict], sampling: Sampling) -> Future:
-        future: Future = Future()
-        self._queue.put((conversation, sampling, future))
-        return future
+    def submit(self, conversation: list[dict], sampling: Sampling, prompt_tokens: int = 0) -> _Job:
+        job = _Job(conversation, sampling, bucket=max(0, prompt_tokens - 1).bit_length() // 2)
+        self._queue.put(job)
+        return job
+
+    def stop(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=5)
 
     def _loop(self) -> None:
-        held: list = []  # items taken while gathering that belong to another batch
+        held: list = []  # jobs taken while gathering that belong to another batch
         while True:
             first = held.pop(0) if held else self._queue.get()
-            batch, key = [first], _sampling_key(first[1])
+            if first is None:
+                return
+            batch, key = [first], _batch_key(first)
             deadline = time.monotonic() + self.window_s
             while len(batch) < self.max_batch:
                 timeout = deadline - time.monotonic()
                 if timeout <= 0:
                     break
                 try:
-                    item = self._queue.get(timeout=timeout)
+                    job = self._queue.get(timeout=timeout)
                 except queue.Empty:
                     break
-                (batch if _sampling_key(item[1]) == key else held).append(item)
+                if job is None:
+                    self._queue.put(None)  # finish this batch, then stop
+                    break
+                (batch if _batch_key(job) == key else held).append(job)
             self._run(batch)
 
-    def _run(self, batch: list) -> None:
-        sampling = batch[0][1]
-        try:
-            completions = self.model.generate([conv for conv, _, _ in batch], sampling, purpose="serve")
-        except Exception as exc:  # the error belongs to the callers, the batcher keeps serving
-            for _, _, future in batch:
-                future.set_exception(exc)
+    def _run(self, batch: list[_Job]) -> None:
+        batch = [job for job in batch if not job.gone.is_set() and job.future.set_running_or_notify_cancel()]
+        if not batch:
             return
-        for i, (_, _, future) in enumerate(batch):
-            future.set_result(completions[i * sampling.n:(i + 1) * sampling.n])
+        sampling = batch[0].sampling
+        kwargs = {"should_stop": lambda: all(job.gone.is_set() for job in batch)} if self._can_stop else {}
+        try:
+            completions = self.model.generate([job.conversation for job in batch], sampling, purpose="serve", **kwargs)
+        except Exception as exc:  # the error belongs to the callers, the batcher keeps serving
+            for job in batch:
+                job.future.set_exception(exc)
+            return
+        for i, job in enumerate(batch):
+            job.future.set_result(completions[i * sampling.n:(i + 1) * sampling.n])
 
 
-def _sampling_key(s: Sampling) -> str:
-    return json.dumps([s.temperature, s.top_p, s.max_new_tokens, s.n, s.stop, s.seed, s.min_new_tokens])
+def _batch_key(job: _Job) -> str:
+    s = job.sampling
+    return json.dumps([s.temperature, s.top_p, s.max_new_tokens, s.n, s.stop, s.seed, s.min_new_tokens, job.bucket])
 
 
-def sampling_from_request(body: dict[str, Any]) -> Sampling:
-    """Read OpenAI request fields into a ``Sampling``; a wrong type or range raises ``RequestError``."""
-    def number(key, default, kind=float):
-        value = body.get(key, default)
-        if value is None:
-            return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise RequestError(f"'{key}' must be a number, got {value!r}")
-        return kind(value)
+def _number(body: dict, key: str, default, kind=float, low=None, high=None):
+    value = body.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float) and not math.isfinite(value)):
+        raise RequestError(f"'{key}' must be a finite number, got {value!r}")
+    given = value
+    if kind is int:
+        if value != int(value):
+            raise RequestError(f"'{key}' must be a whole number, got {value!r}")
+        value = int(value)
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise RequestError(f"'{key}' must be between {low} and {high}, got {given!r}")
+    return kind(value)
 
+
+def sampling_from_request(body: dict[str, Any], context_length: int = 1 << 20) -> Sampling:
+    """Read OpenAI request fields into a ``Sampling``; a wrong type or range raises ``RequestError``.
+    ``max_tokens`` is checked against ``context_length`` here, and lowered to fit later."""
     max_key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     stop = body.get("stop")
     if isinstance(stop, str):
         stop = [stop]
-    if stop is not None and not (isinstance(stop, list) and all(isinstance(s, str) for s in stop)):
-        raise RequestError("'stop' must be a string or a list of strings")
+    if stop is not None and not (isinstance(stop, list) and len(stop) <= 16
+                                 and all(isinstance(s, str) and s for s in stop)):
+        raise RequestError("'stop' must be a string or a list of at most 16 non-empty strings")
+    max_new = _number(body, max_key, 256, int, 1, context_length)
     sampling = Sampling(
-        temperature=number("temperature", 1.0),
-        top_p=number("top_p", 1.0),
-        max_new_tokens=number(max_key, 256, int),
-        n=number("n", 1, int),
+        temperature=_number(body, "temperature", 1.0, float, 0.0, 100.0),
+        top_p=_number(body, "top_p", 1.0, float, 0.0, 1.0),
+        max_new_tokens=max_new,
+        n=_number(body, "n", 1, int, 1, 64),
         stop=stop or None,
-        seed=None if body.get("seed") is None else number("seed", None, int),
-        min_new_tokens=number("min_tokens", 0, int),
+        seed=_number(body, "seed", None, int, 0, 2**63 - 1),
+        min_new_tokens=_number(body, "min_tokens", 0, int, 0, max_new),
     )
-    if not 1 <= sampling.n <= 64:
-        raise RequestError(f"'n' must be between 1 and 64, got {sampling.n}")
-    if sampling.max_new_tokens < 1:
-        raise RequestError(f"'max_tokens' must be >= 1, got {sampling.max_new_tokens}")
-    if not 0 < sampling.top_p <= 1 or sampling.temperature < 0:
-        raise RequestError("'top_p' must be in (0, 1] and 'temperature' >= 0")
+    if sampling.top_p <= 0:
+        raise RequestError(f"'top_p' must be in (0, 1], got {sampling.top_p}")
     return sampling
 
 
+# ---- the server --------------------------------------------------------------------------
 class ModelServer:
     """The server object: ``start()`` in a background thread or ``serve_forever()`` in this one."""
 
     def __init__(self, chat_model: Any, embedder: Any = None, host: str = "127.0.0.1", port: int = 8000,
-                 chat_name: str | None = None, embedder_name: str | None = None, max_batch: int = 16):
+                 chat_name: str | None = None, embedder_name: str | None = None, max_batch: int = 16,
+                 api_key: str | None = None, limits: ServeLimits | None = None):
+        if not is_loopback(host) and not api_key:
+            raise ValueError(f"binding {host} serves anyone who can reach this machine: set an API key "
+                             f"(--api-key or ${API_KEY_ENV}), or bind 127.0.0.1")
         self.chat_model, self.embedder = chat_model, embedder
         self.chat_name = chat_name or chat_model.name
         self.embedder_name = embedder_name or (embedder.name if embedder is not None else None)
+        self.limits = limits or ServeLimits()
+        self.context_length = self.limits.context_length or model_context_length(chat_model)
+        self.api_key = api_key or None
         self.batcher = GenerationBatcher(chat_model, max_batch=max_batch)
         self._embed_lock = threading.Lock()  # one encode at a time: torch threads already use the cores
-        handler = type("Handler", (_Handler,), {"app": self})
-        self.httpd = ThreadingHTTPServer((host, port), handler)
-        self.httpd.daemon_threads = True
+        self.in_flight = 0  # model requests waiting or running (touched only on the event loop)
+        self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((host, port))
+        self.sock.listen(2048)
+        import uvicorn
+
+        # Connections beyond this get 503 from uvicorn itself; below it, the queue answers 429.
+        config = uvicorn.Config(self._app(), http="h11", lifespan="off", log_level="warning", access_log=False,
+                                limit_concurrency=2 * self.limits.max_queue + 64, timeout_keep_alive=5)
+        self.uvicorn = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
-        host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        host, port = self.sock.getsockname()[:2]
+        return f"http://{f'[{host}]' if ':' in host else host}:{port}/v1"
 
     def start(self) -> ModelServer:
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="memgym-serve", daemon=True)
+        self._thread = threading.Thread(target=self.uvicorn.run, kwargs={"sockets": [self.sock]},
+                                        name="memgym-serve", daemon=True)
         self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self.uvicorn.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("memgym serve did not start")
+            time.sleep(0.01)
         return self
 
     def serve_forever(self) -> None:
-        self.httpd.serve_forever()
+        self.uvicorn.run(sockets=[self.sock])  # Ctrl-C / SIGTERM end it
 
     def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.uvicorn.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self.batcher.stop()
+        self.sock.close()
 
-    # ---- endpoint bodies -----------------------------------------------------------------
+    # ---- endpoint bodies (plain functions of a parsed body) --------------------------------
     def models(self) -> dict:
         names = [self.chat_name] + ([self.embedder_name] if self.embedder is not None else [])
-        return {"object": "list", "data": [{"id": n, "object": "model", "owned_by": "memgym"} for n in names]}
+        return {"object": "list", "data": [{"id": n, "object": "model", "owned_by": "memgym",
+                                            "max_model_len": self.context_length} for n in names]}
 
-    def chat(self, body: dict) -> dict:
+    def read_chat(self, body: dict) -> tuple[list[dict], Sampling | None]:
+        """Validate a chat request; returns the conversation and its sampling (None for a
+        prompt_logprobs request). Cheap: no tokenization."""
         if body.get("stream"):
             raise RequestError("streaming is not offered by memgym serve; send stream=false")
         fmt = body.get("response_format") or {}
@@ -173,11 +293,27 @@ class ModelServer:
             conv = check_conversations([body.get("messages")], "messages")[0]
         except (TypeError, ValueError) as exc:
             raise RequestError(str(exc)) from exc
-        created, rid = int(time.time()), f"chatcmpl-{uuid.uuid4().hex[:24]}"
         if body.get("prompt_logprobs") is not None:
-            return self._prompt_logprobs(conv, body, rid, created)
-        sampling = sampling_from_request(body)
-        completions = self.batcher.submit(conv, sampling).result()
+            return conv, None
+        return conv, sampling_from_request(body, self.context_length)
+
+    def prompt_tokens(self, conv: list[dict], continue_final: bool = False) -> int:
+        render = getattr(self.chat_model, "render", None)
+        if render is not None:
+            return len(render(conv, continue_final=continue_final))
+        return sum(self.chat_model.count_tokens(m["content"]) + 4 for m in conv) + 2
+
+    def fit(self, sampling: Sampling, prompt_tokens: int) -> Sampling:
+        """Check the prompt against the context and lower ``max_new_tokens`` to what is left."""
+        room = self.context_length - prompt_tokens
+        if room < 1:
+            raise RequestError(f"the prompt has {prompt_tokens} tokens; this model's context is "
+                               f"{self.context_length} tokens (prompt and completion together)")
+        sampling.max_new_tokens = min(sampling.max_new_tokens, self.limits.max_tokens, room)
+        sampling.min_new_tokens = min(sampling.min_new_tokens, sampling.max_new_tokens)
+        return sampling
+
+    def chat_response(self, completions: list, rid: str, created: int) -> dict:
         choices = [{"index": i, "message": {"role": "assistant", "content": c.text},
                     "finish_reason": c.finish_reason, "logprobs": None} for i, c in enumerate(completions)]
         prompt_tokens = completions[0].prompt_tokens
@@ -186,11 +322,14 @@ class ModelServer:
                 "choices": choices, "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": produced,
                                               "total_tokens": prompt_tokens + produced}}
 
-    def _prompt_logprobs(self, conv: list, body: dict, rid: str, created: int) -> dict:
+    def prompt_logprobs(self, conv: list, body: dict, rid: str, created: int) -> dict:
         score = getattr(self.chat_model, "prompt_logprobs", None)
         if score is None:
             raise RequestError("this model cannot report prompt_logprobs")
         continue_final = bool(body.get("continue_final_message")) and conv[-1]["role"] == "assistant"
+        length = self.prompt_tokens(conv, continue_final)
+        if length > self.context_length:
+            raise RequestError(f"the prompt has {length} tokens; this model's context is {self.context_length}")
         tokens = score(conv, continue_final=continue_final)
         entries = [None if lp is None else {str(tok): {"logprob": lp, "rank": None, "decoded_token": text}}
                    for tok, text, lp in tokens]
@@ -208,6 +347,8 @@ class ModelServer:
             texts = [texts]
         if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
             raise RequestError("'input' must be a string or a list of strings")
+        if len(texts) > MAX_EMBED_INPUTS:
+            raise RequestError(f"'input' holds {len(texts)} strings; at most {MAX_EMBED_INPUTS} per request")
         with self._embed_lock:
             vectors = self.embedder.encode(texts)
         count = sum(max(1, len(t) // 4) for t in texts)  # an estimate: embedders do not report tokens
@@ -223,55 +364,155 @@ class ModelServer:
         tokens = tokenizer.encode(text, add_special_tokens=False) if tokenizer is not None else []
         return {"tokens": tokens, "count": len(tokens) if tokenizer is not None else self.chat_model.count_tokens(text)}
 
+    # ---- HTTP ------------------------------------------------------------------------------
+    def _app(self):
+        from starlette.applications import Starlette
+        from starlette.exceptions import HTTPException
+        from starlette.routing import Route
 
-class _Handler(BaseHTTPRequestHandler):
-    app: ModelServer
-    protocol_version = "HTTP/1.1"
-    server_version = "memgym-serve"
+        async def not_found(request, exc):
+            message = f"no such endpoint: {request.method} {request.url.path}" if exc.status_code in (404, 405) \
+                else str(exc.detail)
+            return _error(exc.status_code, message)
 
-    def log_message(self, fmt, *args):  # quiet: request lines would flood test output
-        pass
+        routes = [Route(path, self._endpoint(handler, auth=path not in ("/health", "/v1/health")), methods=[method])
+                  for method, paths, handler in (
+                      ("GET", ("/v1/models", "/models"), self._models),
+                      ("GET", ("/health", "/v1/health"), self._health),
+                      ("POST", ("/v1/chat/completions", "/chat/completions"), self._chat),
+                      ("POST", ("/v1/embeddings", "/embeddings"), self._embeddings),
+                      ("POST", ("/tokenize", "/v1/tokenize"), self._tokenize))
+                  for path in paths]
+        return Starlette(routes=routes, exception_handlers={HTTPException: not_found})
 
-    def _send(self, status: int, payload: dict) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+    def _endpoint(self, handler, auth: bool):
+        async def endpoint(request):
+            try:
+                if auth and self.api_key is not None:
+                    self._check_key(request)
+                return await handler(request)
+            except RequestError as exc:
+                return _error(exc.status, str(exc), exc.headers)
+            except _ClientGone:
+                return _error(499, "the client closed the connection")
+            except Exception as exc:  # a server bug must reach the client as a 500, not a dropped socket
+                return _error(500, f"{type(exc).__name__}: {exc}")
+        return endpoint
 
-    def _error(self, status: int, message: str) -> None:
-        kind = "invalid_request_error" if status < 500 else "server_error"
-        self._send(status, {"error": {"message": message, "type": kind, "code": status}})
+    def _check_key(self, request) -> None:
+        given = request.headers.get("authorization", "")
+        token = given[7:].strip() if given[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
+        if not hmac.compare_digest(token.encode(), self.api_key.encode()):
+            raise RequestError("missing or wrong API key: send 'Authorization: Bearer KEY'", status=401,
+                               headers={"WWW-Authenticate": "Bearer"})
 
-    def do_GET(self):
-        if self.path.rstrip("/") in ("/v1/models", "/models"):
-            self._send(200, self.app.models())
-        elif self.path.rstrip("/") in ("/health", "/v1/health"):
-            self._send(200, {"status": "ok"})
-        else:
-            self._error(404, f"no such endpoint: GET {self.path}")
+    async def _body(self, request) -> dict:
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limits.max_body_bytes:
+            raise RequestError(f"request body over {self.limits.max_body_bytes} bytes", status=413)
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > self.limits.max_body_bytes:
+                raise RequestError(f"request body over {self.limits.max_body_bytes} bytes", status=413)
+            chunks.append(chunk)
+        return parse_body(b"".join(chunks))
 
-    def do_POST(self):
-        routes = {"/v1/chat/completions": self.app.chat, "/v1/embeddings": self.app.embeddings,
-                  "/tokenize": self.app.tokenize, "/v1/tokenize": self.app.tokenize}
-        route = routes.get(self.path.rstrip("/"))
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY_BYTES:
-            self._error(413, f"request body over {MAX_BODY_BYTES} bytes")
-            return
-        raw = self.rfile.read(length) if length else b""
-        if route is None:
-            self._error(404, f"no such endpoint: POST {self.path}")
-            return
-        try:
-            body = json.loads(raw or b"{}")
-            if not isinstance(body, dict):
-                raise RequestError("the request body must be a JSON object")
-            self._send(200, route(body))
-        except json.JSONDecodeError as exc:
-            self._error(400, f"request body is not JSON: {exc}")
-        except RequestError as exc:
-            self._error(exc.status, str(exc))
-        except Exception as exc:  # a server bug must reach the client as a 500, not a dropped socket
-            self._error(500, f"{type(exc).__name__}: {exc}")
+    def _slot(self):
+        server = self
+
+        class _Slot:
+            def __enter__(self):
+                if server.in_flight >= server.limits.max_queue:
+                    raise RequestError(f"server busy: {server.in_flight} requests queued; retry shortly",
+                                       status=429, headers={"Retry-After": "1"})
+                server.in_flight += 1
+
+            def __exit__(self, *exc):
+                server.in_flight -= 1
+
+        return _Slot()
+
+    async def _models(self, request):
+        return _json(200, self.models())
+
+    async def _health(self, request):
+        return _json(200, {"status": "ok", "in_flight": self.in_flight})
+
+    async def _chat(self, request):
+        from starlette.concurrency import run_in_threadpool
+
+        body = await self._body(request)
+        conv, sampling = self.read_chat(body)
+        created, rid = int(time.time()), f"chatcmpl-{uuid.uuid4().hex[:24]}"
+        with self._slot():
+            if sampling is None:
+                return _json(200, await run_in_threadpool(self.prompt_logprobs, conv, body, rid, created))
+            length = await run_in_threadpool(self.prompt_tokens, conv)
+            job = self.batcher.submit(conv, self.fit(sampling, length), length)
+            completions = await _wait(job, request)
+            return _json(200, self.chat_response(completions, rid, created))
+
+    async def _embeddings(self, request):
+        from starlette.concurrency import run_in_threadpool
+
+        body = await self._body(request)
+        with self._slot():
+            return _json(200, await run_in_threadpool(self.embeddings, body))
+
+    async def _tokenize(self, request):
+        from starlette.concurrency import run_in_threadpool
+
+        body = await self._body(request)
+        with self._slot():
+            return _json(200, await run_in_threadpool(self.tokenize, body))
+
+
+class _ClientGone(Exception):
+    pass
+
+
+async def _wait(job: _Job, request, poll_s: float = 0.2):
+    """The job's completions; if the client disconnects first, mark the job gone and give up."""
+    waiting = asyncio.wrap_future(job.future)
+    while True:
+        done, _ = await asyncio.wait({waiting}, timeout=poll_s)
+        if done:
+            return waiting.result()
+        if await request.is_disconnected():
+            job.gone.set()
+            waiting.add_done_callback(lambda f: f.cancelled() or f.exception())  # nobody reads it
+            raise _ClientGone
+
+
+def _reject_constant(name: str):
+    raise RequestError(f"request body is not valid JSON: {name} is not a JSON number")
+
+
+def parse_body(raw: bytes) -> dict:
+    """A request body as a JSON object, or ``RequestError`` (400) saying why not."""
+    try:
+        text = raw.decode("utf-8") if raw else "{}"
+    except UnicodeDecodeError as exc:
+        raise RequestError(f"request body is not UTF-8 text: byte {exc.start} is invalid") from None
+    try:
+        body = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise RequestError(f"request body is not JSON: {exc}") from None
+    except RecursionError:
+        raise RequestError("request body is not JSON this server reads: nested too deeply") from None
+    if not isinstance(body, dict):
+        raise RequestError("the request body must be a JSON object")
+    return body
+
+
+def _json(status: int, payload: dict, headers: dict[str, str] | None = None):
+    from starlette.responses import Response
+
+    return Response(json.dumps(payload), status_code=status, headers=headers, media_type="application/json")
+
+
+def _error(status: int, message: str, headers: dict[str, str] | None = None):
+    kind = {401: "authentication_error", 429: "rate_limit_error"}.get(
+        status, "invalid_request_error" if status < 500 else "server_error")
+    return _json(status, {"error": {"message": message, "type": kind, "code": status}}, headers)

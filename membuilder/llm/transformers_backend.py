@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from membuilder.llm.base import (
@@ -211,7 +212,12 @@ class TransformersChatModel:
 
     # ---- generation ----------------------------------------------------------------------
     def generate(self, conversations: list[ChatMessages], sampling: Sampling | None = None, *,
-                 purpose: str | None = None) -> list[Completion]:
+                 purpose: str | None = None, should_stop: Callable[[], bool] | None = None) -> list[Completion]:
+        """One completion per conversation and sample (conversation-major order).
+
+        ``should_stop`` is polled after every generated token: once it returns True, decoding ends
+        at once and the texts so far are returned (``memgym serve`` stops when its clients leave).
+        """
         conversations = check_conversations(conversations, f"{self.name}.generate")
         sampling = check_sampling(sampling, f"{self.name}.generate")
         started = time.perf_counter()
@@ -222,7 +228,8 @@ class TransformersChatModel:
         with self._lock, self._seeded(sampling):
             for start in range(0, len(order), self.batch_size):
                 chunk = order[start:start + self.batch_size]
-                for i, comps in zip(chunk, self._generate_batch([prompts[i] for i in chunk], sampling), strict=True):
+                batch = [prompts[i] for i in chunk]
+                for i, comps in zip(chunk, self._generate_batch(batch, sampling, should_stop), strict=True):
                     results[i] = comps
         flat = [c for comps in results for c in comps]
         self.ledger.record_completions(purpose, flat, len(conversations), time.perf_counter() - started)
@@ -245,7 +252,8 @@ class TransformersChatModel:
 
         return _Seed()
 
-    def _generate_batch(self, prompts: list[list[int]], sampling: Sampling) -> list[list[Completion]]:
+    def _generate_batch(self, prompts: list[list[int]], sampling: Sampling,
+                        should_stop: Callable[[], bool] | None = None) -> list[list[Completion]]:
         torch = self._torch
         started = time.perf_counter()
         width = max(len(p) for p in prompts)
@@ -262,6 +270,8 @@ class TransformersChatModel:
             kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
         if sampling.stop:
             kwargs.update(stop_strings=list(sampling.stop), tokenizer=self.tokenizer)
+        if should_stop is not None:
+            kwargs["stopping_criteria"] = _stopping_when(should_stop)
         with torch.inference_mode():
             out = self.model.generate(input_ids=input_ids, attention_mask=mask, **kwargs)
         new = out[:, width:].tolist()
@@ -440,6 +450,18 @@ class TransformersChatModel:
         logprobs = torch.log_softmax(logits[:-1], dim=-1)
         values = logprobs[torch.arange(len(ids) - 1), torch.tensor(ids[1:])].tolist()
         return [(tok, self.tokenizer.decode([tok]), None if i == 0 else values[i - 1]) for i, tok in enumerate(ids)]
+
+
+def _stopping_when(should_stop: Callable[[], bool]):
+    """A transformers stopping criterion that ends every row once ``should_stop()`` is true."""
+    import torch
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class _Flag(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            return torch.full((input_ids.shape[0],), bool(should_stop()), dtype=torch.bool, device=input_ids.device)
+
+    return StoppingCriteriaList([_Flag()])
 
 
 class _nullcontext:

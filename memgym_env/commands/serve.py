@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import os
+
 from membuilder.llm.embedders import load_embedder
 from membuilder.llm.registry import load_chat_model
-from membuilder.llm.server import ModelServer
+from membuilder.llm.server import API_KEY_ENV, ModelServer, ServeLimits, is_loopback
 
 HELP = "serve a local chat model and embedder over an OpenAI-compatible HTTP API"
 EXAMPLES = """examples:
   memgym serve                                   # SmolLM2-135M + MiniLM on http://127.0.0.1:8000/v1
   memgym serve --model runs/adrpo/checkpoint-200 --port 8100 --served-name memgym-policy
-  memgym serve --model smollm2-135m --no-embedder --host 0.0.0.0
+  MEMGYM_API_KEY=s3cret memgym serve --host 0.0.0.0   # beyond loopback a key is required
 
 then point any role at it, e.g. --judge openai:smollm2-135m@http://127.0.0.1:8000/v1
+(with a key: export it and add api_key_env: MEMGYM_API_KEY to the role's model config)
 """
 
 
@@ -30,6 +33,15 @@ def add_arguments(parser) -> None:
     parser.add_argument("--dtype", default=None, help="auto, float32, bfloat16 or float16 (default: auto)")
     parser.add_argument("--max-batch", type=int, default=16,
                         help="concurrent requests gathered into one generate call (default: 16)")
+    parser.add_argument("--api-key", default=None,
+                        help=f"clients must send 'Authorization: Bearer KEY' (default: ${API_KEY_ENV}; "
+                             "required when --host is not loopback)")
+    parser.add_argument("--max-queue", type=int, default=256,
+                        help="requests waiting or running at once; one more is answered 429 (default: 256)")
+    parser.add_argument("--max-tokens", type=int, default=2048,
+                        help="completion tokens per request at most; larger max_tokens are lowered (default: 2048)")
+    parser.add_argument("--context-length", type=int, default=None,
+                        help="prompt + completion tokens per request (default: the model's own context length)")
 
 
 def run(args) -> int:
@@ -39,13 +51,21 @@ def run(args) -> int:
         raise ValueError(f"--max-batch must be >= 1, got {args.max_batch}")
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be between 0 and 65535, got {args.port}")
+    api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
+    if not is_loopback(args.host) and not api_key:
+        raise ValueError(f"--host {args.host} serves anyone who can reach this machine: set --api-key or "
+                         f"${API_KEY_ENV}, or bind 127.0.0.1")
+    limits = ServeLimits(context_length=args.context_length, max_tokens=args.max_tokens, max_queue=args.max_queue)
     model = load_chat_model(args.model, backend="transformers", device=args.device, dtype=args.dtype,
                             batch_size=args.max_batch)
     embedder = None if args.no_embedder else load_embedder(args.embedder)
     server = ModelServer(model, embedder, host=args.host, port=args.port, chat_name=args.served_name or args.model,
-                         embedder_name=args.embedder if embedder is not None else None, max_batch=args.max_batch)
+                         embedder_name=args.embedder if embedder is not None else None, max_batch=args.max_batch,
+                         api_key=api_key, limits=limits)
     print(f"memgym serve: {args.served_name or args.model} at {server.url} "
-          f"(embeddings: {args.embedder if embedder is not None else 'off'}); Ctrl-C stops", file=sys.stderr, flush=True)
+          f"(embeddings: {args.embedder if embedder is not None else 'off'}; context {server.context_length} tokens, "
+          f"max_tokens {limits.max_tokens}, queue {limits.max_queue}; API key {'on' if api_key else 'off'}); "
+          "Ctrl-C stops", file=sys.stderr, flush=True)
     try:
         server.serve_forever()
     finally:
