@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memgym_env.safe_json import GuardedReader, JSONLimitError, load_json_file
+
 log = logging.getLogger("memgym.benchmarks")
 
 
@@ -42,14 +44,15 @@ class Problems:
 
 
 def read_json(path: str | Path) -> Any:
-    """Parse a ``.json`` or ``.json.gz`` file; errors name the file."""
+    """Parse a ``.json`` or ``.json.gz`` file, nesting depth and size checked first
+    (``memgym_env.safe_json``); errors name the file."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
-    opener = gzip.open if path.name.endswith(".gz") else open
     try:
-        with opener(path, "rt", encoding="utf-8") as fh:
-            return json.load(fh)
+        return load_json_file(path)
+    except JSONLimitError as exc:
+        raise BadRecordError(str(exc)) from None
     except (json.JSONDecodeError, UnicodeDecodeError, OSError, EOFError) as exc:
         raise BadRecordError(f"{path}: not a readable JSON file ({exc})") from exc
 
@@ -92,9 +95,12 @@ def iter_json_list(path: str | Path) -> Iterator[Any]:
             if head != b"[":
                 raise BadRecordError(f"{path}: expected a JSON list of records")
             fh.seek(0)
-            for item in backend.items(fh, "item", use_float=True):
+            # ijson's memory grows with the square of the nesting depth: the guard stops deep input first.
+            for item in backend.items(GuardedReader(fh, str(path)), "item", use_float=True):
                 k += 1
                 yield item
+    except JSONLimitError as exc:
+        raise BadRecordError(f"{exc}{f' (after record {k})' if k >= 0 else ''}") from None
     except (JSONError, UnicodeDecodeError, OSError, EOFError) as exc:
         raise BadRecordError(f"{path}: not a readable JSON file after record {k} ({exc})") from exc
 

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from memgym_env.safe_json import JSONLimitError, load_json_file
 from memgym_env.world.types import (
     AnswerChoice,
     Period,
@@ -189,8 +190,10 @@ def read_world(path: str | Path) -> World:
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such world file")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
+        data = load_json_file(path)
+    except JSONLimitError as exc:
+        raise WorldError(str(exc)) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise WorldError(f"{path}: not valid JSON ({exc})") from exc
     return world_from_list(data, source=str(path))
 
