@@ -14,11 +14,20 @@ session, one per agent (``prompts.rl_rows``); TRL draws G completions per row. T
 4. ``ADRPOTrainer._compute_loss`` multiplies those advantages by w before TRL's clipped loss,
    so the weight scales both PPO terms. With alpha = 1 every w is 1 and the loss is GRPO's.
 
+Several processes (``accelerate launch --num_processes N``): the sampler is the same in every
+process and the dataloader hands each process consecutive slices of ``per_device_train_batch_size
+x steps_per_generation`` rows of a generation batch, so a multiple of 4 agents x G keeps every
+session whole within one process. Each process generates and scores its own sessions, TRL gathers
+the rewards, normalises them per group and keeps its own slice of the advantages: the weights are
+computed locally, in the same row order, and line up with that slice. ``rollout_log`` writes what
+each process scored, row by row, to check this on a real run.
+
 The trainer never imports the environment: the scorer arrives as an argument.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import time
 import zlib
@@ -71,6 +80,9 @@ class ADRPOConfig(GRPOConfig):
 
     max_prompt_tokens: int | None = field(default=None, metadata={
         "help": "Longest prompt; longer ones lose memory-view entries first, never instructions."})
+    rollout_log: str | None = field(default=None, metadata={
+        "help": "Append every scored completion (step, session_key, agent, k, completion, reward, weight, advantage) "
+                "as JSON lines to <rollout_log>.<process_index>.jsonl, one file per process."})
 
 
 # ---- the sampler --------------------------------------------------------------------------------
@@ -140,7 +152,10 @@ class SessionReward:
                              f"got {reward_density!r}")
         self.scorer, self.reward_density, self.seed = scorer, reward_density, seed
         self.last_weights: list[float] = []
+        self.last_rewards: list[float] = []
+        self.last_rewarded: list[bool] = []
         self.last_stats: dict[str, float] = {}
+        self.last_stat_totals: dict[str, tuple[float, int]] = {}  # name -> (sum, count), to average over processes
 
     def task_rewarded(self, session_key: str, step: int) -> bool:
         """Reward density 1/d: a seeded coin per (session, step)."""
@@ -156,6 +171,7 @@ class SessionReward:
         for i, (key, a) in enumerate(zip(session_key, agent, strict=True)):
             where[key][a].append(i)
         rewards, weights = [0.0] * len(prompts), [1.0] * len(prompts)
+        rewarded_rows = [True] * len(prompts)
         stats: dict[str, list[float]] = defaultdict(list)
         started = time.perf_counter()
         for key, by_agent in where.items():
@@ -174,6 +190,7 @@ class SessionReward:
                     i = by_agent[a][k]
                     rewards[i] = float(c.agent_rewards[a])
                     weights[i] = float(c.weights[a])
+                    rewarded_rows[i] = rewarded
                     stats[f"reward/valid_{a}"].append(float(c.valid.get(a, True)))
                     stats[f"reward/length_penalty_{a}"].append(float(c.length_penalty.get(a, 0.0)))
                     stats[f"adrpo/weight_{a}"].append(weights[i])
@@ -184,10 +201,11 @@ class SessionReward:
                 for m in SEARCHABLE_AGENTS:
                     stats[f"adrpo/dominant_{m}"].append(float(c.dominant == m))
                 stats["adrpo/dominant_none"].append(float(c.dominant is None))
-        self.last_weights = weights
-        self.last_stats = {name: sum(v) / len(v) for name, v in stats.items()}
-        self.last_stats["adrpo/weight_mean"] = sum(weights) / max(1, len(weights))
-        self.last_stats["time/score"] = time.perf_counter() - started
+        stats["adrpo/weight_mean"] = list(weights)
+        stats["time/score"] = [time.perf_counter() - started]
+        self.last_weights, self.last_rewards, self.last_rewarded = weights, rewards, rewarded_rows
+        self.last_stat_totals = {name: (sum(v), len(v)) for name, v in stats.items() if v}
+        self.last_stats = {name: total / count for name, (total, count) in self.last_stat_totals.items()}
         return rewards
 
 
@@ -209,15 +227,19 @@ class ADRPOTrainer(GRPOTrainer):
         if args.scale_rewards != "group":
             raise ValueError("ADRPO normalises advantages within each agent prompt's group: keep scale_rewards='group'")
         super().__init__(model=model, reward_funcs=funcs, args=args, train_dataset=train_dataset, **kwargs)
+        self._rollout_batches = 0
         if args.use_vllm:
             from membuilder.training.vllm_cpu_sync import install_cpu_weight_sync
 
             install_cpu_weight_sync(self)
         local = args.per_device_train_batch_size * args.steps_per_generation
         if local % (len(AGENTS) * self.num_generations):
+            processes = self.accelerator.num_processes
             raise ValueError(
                 f"per_device_train_batch_size x steps_per_generation = {local} completions per process must hold whole "
-                f"sessions: a multiple of {len(AGENTS)} agents x G={self.num_generations}")
+                f"sessions: a multiple of {len(AGENTS)} agents x G={self.num_generations}"
+                + (f" (with {processes} processes, each process scores its own sessions, so a smaller share "
+                   "would split a session across processes)" if processes > 1 else ""))
 
     def _get_train_sampler(self, dataset=None):
         dataset = self.train_dataset if dataset is None else dataset
@@ -241,17 +263,58 @@ class ADRPOTrainer(GRPOTrainer):
         started = time.perf_counter()
         output = super()._generate_and_score_completions(inputs)
         elapsed = time.perf_counter() - started
+        # The weights are this process's, in its row order; TRL has already cut the gathered
+        # advantages down to this process's slice (the same rows), so the two line up.
         weights = self.session_reward.last_weights
         if len(weights) != len(output["advantages"]):
-            raise RuntimeError(f"{len(weights)} ADRPO weights for {len(output['advantages'])} completions")
+            raise RuntimeError(f"{len(weights)} ADRPO weights for {len(output['advantages'])} completions "
+                               f"in process {self.accelerator.process_index}")
         output["adrpo_weights"] = torch.tensor(weights, dtype=torch.float32, device=output["advantages"].device)
-        stats = dict(self.session_reward.last_stats)
+        if self.args.rollout_log:
+            self._log_rollouts(mode, inputs, output)
+        self._rollout_batches += 1
+        totals = dict(self.session_reward.last_stat_totals)
         tokens = float(output["completion_mask"].sum().item())
-        stats["time/generate"] = max(0.0, elapsed - stats.get("time/score", 0.0))
-        stats["time/tokens_per_s"] = tokens / max(stats["time/generate"], 1e-9)
-        for name, value in stats.items():
+        generate = max(0.0, elapsed - totals.get("time/score", (0.0, 1))[0])
+        totals["time/generate"] = (generate, 1)
+        totals["time/tokens_per_s"] = (tokens / max(generate, 1e-9), 1)
+        for name, value in self._across_processes(totals).items():
             self._metrics[mode][name].append(value)
         return output
+
+    def _across_processes(self, totals: dict[str, tuple[float, int]]) -> dict[str, float]:
+        """Each statistic averaged over the rows of every process (each process scores its own sessions)."""
+        if self.accelerator.num_processes == 1:
+            return {name: total / count for name, (total, count) in totals.items()}
+        from accelerate.utils import gather_object
+
+        names = sorted(set(gather_object(list(totals))))  # one order in every process
+        local = torch.tensor([list(totals.get(name, (0.0, 0))) for name in names], dtype=torch.float64,
+                             device=self.accelerator.device)
+        summed = self.accelerator.gather(local.unsqueeze(0)).sum(dim=0).tolist()
+        return {name: total / count for name, (total, count) in zip(names, summed, strict=True) if count}
+
+    def _log_rollouts(self, mode: str, inputs, output) -> None:
+        """One JSON line per completion of this process's batch: what was generated (decoded from the
+        token ids the loss trains on), the reward and weight it got, and its advantage."""
+        reward = self.session_reward
+        ids, mask = output["completion_ids"], output["completion_mask"].bool()
+        texts = self.processing_class.batch_decode([row[m].tolist() for row, m in zip(ids, mask, strict=True)],
+                                                   skip_special_tokens=True)
+        seen: dict[tuple[str, str], int] = defaultdict(int)
+        process = self.accelerator.process_index
+        lines = []
+        for i, row in enumerate(inputs):
+            key, agent = row["session_key"], row["agent"]
+            lines.append(json.dumps({
+                "mode": mode, "step": self.state.global_step, "batch": self._rollout_batches, "process": process,
+                "num_processes": self.accelerator.num_processes, "session_key": key, "agent": agent,
+                "k": seen[key, agent], "completion": texts[i], "reward": reward.last_rewards[i],
+                "weight": float(output["adrpo_weights"][i]), "advantage": float(output["advantages"][i]),
+                "task_rewarded": reward.last_rewarded[i]}))
+            seen[key, agent] += 1
+        with open(f"{self.args.rollout_log}.{process}.jsonl", "a", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
 
     def _compute_loss(self, model, inputs):
         if "adrpo_weights" in inputs:
