@@ -3,19 +3,24 @@
 For each conversation with questions still to do: the system builds (or reloads) its memory
 under ``<out>/memory/<conversation>``; the answerer answers the questions in batches from the
 system's context; the judge grades the answers in batches; each finished item is appended to
-``<out>/items.jsonl`` at once. A rerun with the same configuration skips what is done, so an
-interrupted run resumes where it stopped; a rerun with a different configuration is refused
-(it would mix numbers). At the end: ``results.json`` (run facts, summary, every item),
+``<out>/items.jsonl`` at once. ``<out>/run.json`` records the configuration before the first
+item: a rerun with the same configuration skips what is done, so an interrupted run resumes
+where it stopped; a rerun with a different configuration is refused (it would mix numbers). A
+lock keeps a second run out of a folder in use. At the end: ``results.json`` (run facts, summary, every item),
 ``report.md`` (per-category table with counts) and ``plot.png``.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import platform
 import re
+import socket
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -45,6 +50,9 @@ from .systems import (
     Rag,
     membuilder_session_builder,
 )
+
+log = logging.getLogger("memgym.eval")
+LOCK_NAME = ".memgym-eval.lock"
 
 
 @dataclass
@@ -171,16 +179,91 @@ def _record(cfg: EvalConfig, conv: Conversation, item: QAItem, ctx: Context, ans
 
 
 def _check_resume(out: Path, cfg: EvalConfig) -> dict[str, Any]:
-    run_path = out / "run.json"
+    """The folder's ``run.json`` if its configuration is this one; a new one if the folder holds
+    no results. Results of an unknown or other configuration are refused (they would mix numbers)."""
+    run_path, items_path = out / "run.json", out / "items.jsonl"
     if not run_path.exists():
+        if items_path.exists() and items_path.stat().st_size:
+            raise ValueError(f"{items_path} holds results but {run_path} is missing, so their configuration is "
+                             "unknown; use a new --out folder (or delete items.jsonl to start over)")
         return {"config": cfg.fingerprint(), "invocations": []}
-    run = json.loads(run_path.read_text(encoding="utf-8"))
-    old, new = run.get("config", {}), cfg.fingerprint()
+    try:
+        run = json.loads(run_path.read_text(encoding="utf-8"))
+        old = run["config"]
+        if not isinstance(old, dict) or not isinstance(run.setdefault("invocations", []), list):
+            raise TypeError("'config' must be an object and 'invocations' a list")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{run_path}: not a run record memgym eval wrote ({type(exc).__name__}: {exc}); "
+                         "use a new --out folder") from None
+    new = cfg.fingerprint()
     diff = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
     if diff:
-        raise ValueError(f"{out} holds results of another configuration (differs in: {', '.join(diff)}); "
-                         "use a new --out folder")
+        changes = "; ".join(f"{k}: {repr(old.get(k))[:60]} there, {repr(new.get(k))[:60]} now" for k in diff)
+        raise ValueError(f"{out} holds results of another configuration ({changes}); a rerun in the same "
+                         "folder resumes only with identical settings: use a new --out folder")
     return run
+
+
+def read_items(path: Path) -> dict[str, dict[str, Any]]:
+    """Finished items of ``items.jsonl`` by id. A cut-off last line (a write interrupted by a kill)
+    is dropped with a warning naming the file, and cut from the file so appends start clean; a
+    damaged line elsewhere is an error naming file and line."""
+    done: dict[str, dict[str, Any]] = {}
+    if not path.exists():
+        return done
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    offset = 0
+    for n, line in enumerate(lines, 1):
+        start, offset = offset, offset + len(line) + 1
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            if not isinstance(rec, dict) or not isinstance(rec.get("id"), str):
+                raise ValueError("not an item record with an 'id'")
+        except ValueError as exc:
+            if n == len(lines):  # no newline after it: the last write was cut off
+                log.warning("%s: line %d is cut off (an interrupted write); dropped, its item is computed again",
+                            path, n)
+                with path.open("r+b") as fh:
+                    fh.truncate(start)
+                break
+            raise ValueError(f"{path}, line {n}: damaged ({exc}); fix or delete the line, or use a new --out") from None
+        done[rec["id"]] = rec
+    else:
+        if data and not data.endswith(b"\n"):
+            with path.open("ab") as fh:
+                fh.write(b"\n")
+    return done
+
+
+@contextmanager
+def out_lock(out: Path):
+    """Hold ``<out>/.memgym-eval.lock`` for the run: a second run on the same folder is refused
+    with who holds it (the lock is the kernel's: it ends with the process, even a killed one)."""
+    import fcntl
+
+    fh = (out / LOCK_NAME).open("a+", encoding="utf-8")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.seek(0)
+        holder = fh.read().strip() or "another process"
+        fh.close()
+        raise ValueError(f"{out} is being written by another memgym eval ({holder}); wait for it to end "
+                         "or use another --out folder") from None
+    try:
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        fh.flush()
+        yield
+    finally:
+        fh.seek(0)
+        fh.truncate()
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        fh.close()
 
 
 def _write_json(path: Path, data: Any) -> None:
@@ -191,22 +274,30 @@ def _write_json(path: Path, data: Any) -> None:
 
 def evaluate(cfg: EvalConfig, models: dict[str, Any] | None = None, quiet: bool = False) -> dict[str, Any]:
     """Run (or resume) an evaluation; returns the summary. ``models`` may pass ready objects
-    under 'model', 'answerer', 'judge', 'embedder' (the training callback does)."""
+    under 'model', 'answerer', 'judge', 'embedder' (the training callback does).
+
+    One run at a time per ``cfg.out`` (a lock); ``run.json`` is written before the first item,
+    so a rerun of an interrupted folder with other settings is refused; 0 questions is an error."""
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with out_lock(out):
+        return _evaluate(cfg, out, models, quiet)
+
+
+def _evaluate(cfg: EvalConfig, out: Path, models: dict[str, Any] | None, quiet: bool) -> dict[str, Any]:
     from tqdm import tqdm
 
     started = time.perf_counter()
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
     run = _check_resume(out, cfg)
     convs, problems = load_benchmark(cfg.benchmark, cfg.data, cfg.qa_data, cfg.skip_bad, limit=cfg.limit)
     selected: list[tuple[Conversation, QAItem]] = [(c, q) for c in convs for q in c.qa][: cfg.limit]
+    if not selected:
+        skipped = f"; {problems.count} bad records were skipped" if problems.count else ""
+        raise ValueError(f"{cfg.data}: no questions to evaluate ({len(convs)} conversations{skipped}"
+                         f"{', --limit ' + str(cfg.limit) if cfg.limit is not None else ''})")
+    _write_json(out / "run.json", run)  # the configuration, before the first item: a rerun is checked against it
     items_path = out / "items.jsonl"
-    done: dict[str, dict[str, Any]] = {}
-    if items_path.exists():
-        for line in items_path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                rec = json.loads(line)
-                done[rec["id"]] = rec
+    done = read_items(items_path)
     pending: dict[str, list[QAItem]] = {}
     by_id = {c.id: c for c in convs}
     for c, q in selected:
