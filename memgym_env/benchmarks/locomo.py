@@ -57,6 +57,10 @@ def _read_sessions(sample_id: str, conv: dict[str, Any], where: str, problems: P
     speakers = {conv.get("speaker_a"): "user", conv.get("speaker_b"): "assistant"}
     sessions = []
     for _, key, turns in numbered:
+        if not isinstance(conv.get(f"{key}_date_time"), (str, type(None))):
+            problems.bad(f"{where}: field '{key}_date_time' must be text, "
+                         f"got {type(conv[f'{key}_date_time']).__name__}")
+            continue
         messages = []
         for j, turn in enumerate(turns):
             here = f"{where}, {key}[{j}]"
@@ -68,6 +72,10 @@ def _read_sessions(sample_id: str, conv: dict[str, Any], where: str, problems: P
                 missing.append("text")
             if missing:
                 problems.bad(f"{here}: no '{missing[0]}'")
+                continue
+            wrong = [f for f in ("text", "blip_caption") if not isinstance(turn.get(f), (str, type(None)))]
+            if wrong:
+                problems.bad(f"{here}: field '{wrong[0]}' must be text, got {type(turn[wrong[0]]).__name__}")
                 continue
             meta = {"id": turn["dia_id"]}
             for extra in ("img_url", "blip_caption", "query"):
@@ -83,6 +91,14 @@ def _read_sessions(sample_id: str, conv: dict[str, Any], where: str, problems: P
             )
         sessions.append(Session(id=key, time=conv.get(f"{key}_date_time"), messages=messages))
     return sessions
+
+
+def _is_text(value: Any) -> bool:
+    try:
+        as_text(value)
+        return True
+    except TypeError:
+        return False
 
 
 def _split_evidence(raw: list[Any]) -> list[str]:
@@ -114,13 +130,14 @@ def _read_qa(sample_id: str, qa: list[Any], where: str, turn_session: dict[str, 
             problems.bad(f"{here}: category {category} item has no 'answer'")
             continue
         evidence_raw = q.get("evidence", [])
-        if not isinstance(evidence_raw, list):
-            problems.bad(f"{here}: 'evidence' is not a list")
+        if not isinstance(evidence_raw, list) or not all(isinstance(e, (str, int)) for e in evidence_raw):
+            problems.bad(f"{here}: 'evidence' is not a list of turn ids")
             continue
         try:
-            answer = as_text(q.get("answer"))
-        except TypeError as exc:
-            problems.bad(f"{here}: field 'answer': {exc}")
+            answer, adversarial = (as_text(q.get(f)) for f in ("answer", "adversarial_answer"))
+        except TypeError:
+            wrong = next(f for f in ("answer", "adversarial_answer") if not _is_text(q.get(f)))
+            problems.bad(f"{here}: field '{wrong}' must be text or a number, got {type(q[wrong]).__name__}")
             continue
         evidence = _split_evidence(evidence_raw)
         meta: dict[str, Any] = {
@@ -128,7 +145,7 @@ def _read_qa(sample_id: str, qa: list[Any], where: str, turn_session: dict[str, 
             "unresolved_evidence": [e for e in evidence if e not in turn_session],
         }
         if "adversarial_answer" in q:
-            meta["adversarial_answer"] = as_text(q["adversarial_answer"])
+            meta["adversarial_answer"] = adversarial
         if evidence != [str(e) for e in evidence_raw]:
             meta["evidence_raw"] = evidence_raw
         if not isinstance(q.get("answer"), (str, type(None))):
@@ -152,6 +169,9 @@ def read_locomo(path: str | Path, problems: Problems | None = None) -> list[Conv
     conversations = []
     for k, sample in enumerate(data):
         sample_id = sample.get("sample_id", f"#{k}") if isinstance(sample, dict) else f"#{k}"
+        if not isinstance(sample_id, (str, int)) or isinstance(sample_id, bool):
+            problems.bad(f"LoCoMo file {path}, sample #{k}: field 'sample_id' must be text, got {type(sample_id).__name__}")
+            continue
         where = f"LoCoMo file {path}, sample {sample_id}"
         if not isinstance(sample, dict) or not isinstance(sample.get("conversation"), dict):
             problems.bad(f"{where}: no 'conversation' object")
@@ -160,6 +180,10 @@ def read_locomo(path: str | Path, problems: Problems | None = None) -> list[Conv
             problems.bad(f"{where}: no 'qa' list")
             continue
         conv = sample["conversation"]
+        wrong = [f for f in ("speaker_a", "speaker_b") if not isinstance(conv.get(f), (str, type(None)))]
+        if wrong:
+            problems.bad(f"{where}: field '{wrong[0]}' must be text, got {type(conv[wrong[0]]).__name__}")
+            continue
         sessions = _read_sessions(sample_id, conv, where, problems)
         turn_session = {m.meta["id"]: s.id for s in sessions for m in s.messages}
         order = {s.id: i for i, s in enumerate(sessions)}

@@ -45,6 +45,13 @@ def variant_of(path: str | Path) -> str:
     return "unknown"
 
 
+def _is_id_or_date(value: Any, field: str) -> bool:
+    """Session ids are text (integers are accepted); dates are text or null."""
+    if field == "haystack_dates":
+        return isinstance(value, (str, type(None)))
+    return isinstance(value, (str, int)) and not isinstance(value, bool)
+
+
 def _read_one(rec: Any, k: int, path: str | Path, variant: str, problems: Problems) -> Conversation | None:
     qid = rec.get("question_id", f"#{k}") if isinstance(rec, dict) else f"#{k}"
     where = f"LongMemEval file {path}, question {qid}"
@@ -66,6 +73,18 @@ def _read_one(rec: Any, k: int, path: str | Path, variant: str, problems: Proble
         if not isinstance(v, list):
             problems.bad(f"{where}: no '{f}' list")
             return None
+    for f, v in (("haystack_session_ids", ids), ("haystack_dates", dates)):
+        bad = next((i for i, x in enumerate(v) if not _is_id_or_date(x, f)), None)
+        if bad is not None:
+            problems.bad(f"{where}, {f}[{bad}]: must be text, got {type(v[bad]).__name__}")
+            return None
+    answer_ids = rec.get("answer_session_ids") or []
+    if not isinstance(answer_ids, list) or not all(_is_id_or_date(x, "id") for x in answer_ids):
+        problems.bad(f"{where}: field 'answer_session_ids' must be a list of session ids, got {answer_ids!r:.60}")
+        return None
+    if not isinstance(rec.get("question_date"), (str, type(None))):
+        problems.bad(f"{where}: field 'question_date' must be text, got {type(rec['question_date']).__name__}")
+        return None
     if not len(sessions_raw) == len(ids) == len(dates):
         problems.bad(f"{where}: 'haystack_sessions', 'haystack_session_ids' and 'haystack_dates' differ in length "
                      f"({len(sessions_raw)}, {len(ids)}, {len(dates)})")
@@ -93,7 +112,7 @@ def _read_one(rec: Any, k: int, path: str | Path, variant: str, problems: Proble
     except TypeError as exc:
         problems.bad(f"{where}: field 'answer': {exc}")
         return None
-    answer_sessions = [str(s) for s in rec.get("answer_session_ids") or []]
+    answer_sessions = [str(s) for s in answer_ids]
     order = {s.id: i for i, s in enumerate(sessions)}
     present = [s for s in answer_sessions if s in order]
     qa = QAItem(
