@@ -107,16 +107,35 @@ class Parsed:
     warnings: list[str] = field(default_factory=list)
 
 
-_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _THINK_TAG = re.compile(r"</?think>", re.IGNORECASE)
 _FENCE = re.compile(r"```[a-zA-Z0-9_-]*[ \t]*\n?(.*?)```", re.DOTALL)
 
 
+def strip_think(text: str) -> str:
+    """Drop each ``<think> ... </think>`` block (from an opening tag to the first closing one) and
+    every tag left over. An unterminated ``<think>`` (generation cut mid-thought) keeps the text
+    after it, which may still hold the answer. One pass over the tags: linear in the input
+    (a lazy ``<think>.*?</think>`` regex took 3 s on 8,000 unclosed tags)."""
+    kept: list[str] = []
+    pending: list[str] = []  # text inside an open block: dropped if it closes, kept if it never does
+    pos, inside = 0, False
+    for tag in _THINK_TAG.finditer(text):
+        piece, pos = text[pos:tag.start()], tag.end()
+        closing = tag.group().startswith("</")
+        if not inside:
+            kept.append(piece)
+            inside = not closing
+        else:
+            pending.append(piece)
+            if closing:
+                pending.clear()
+                inside = False
+    return "".join(kept + pending + [text[pos:]])
+
+
 def clean_output(text: str) -> str:
     """Drop reasoning blocks and unwrap code fences, keeping everything else in order."""
-    text = _THINK_BLOCK.sub("", text)
-    # An unterminated <think> (generation cut mid-thought) may still hold the answer after it.
-    text = _THINK_TAG.sub("", text)
+    text = strip_think(text)
     fenced = _FENCE.findall(text)
     if fenced:
         text = "\n".join(fenced)

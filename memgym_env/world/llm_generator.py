@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from membuilder.llm.base import ChatModel, Sampling
+from membuilder.ops import strip_think
 from memgym_env.world import llm_prompts as P
 from memgym_env.world.catalog import Catalog, load_catalog
 from memgym_env.world.config import WorldConfig
@@ -69,7 +70,7 @@ class GenerationReport:
 
 
 def _clean(text: str, limit: int = 400) -> str:
-    text = re.sub(r"<think>.*?</think>", "", text, flags=re.DOTALL).strip().strip('"').strip()
+    text = strip_think(text).strip().strip('"').strip()
     return text.split("\n\n")[0].strip()[:limit]
 
 
