@@ -61,3 +61,25 @@ def test_expert_writes_one_line_per_session(world_file, tmp_path):
     assert run("expert", str(world_file), "--user", "0", "--out", str(out)) == 0
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert lines and set(lines[0]["outputs"]) == {"core", "episodic", "semantic", "procedural"}
+
+
+def test_validate_calls_an_empty_world_invalid(tmp_path, capsys):
+    empty = tmp_path / "empty.json"
+    empty.write_text("[]")
+    assert run("validate", str(empty)) == 1
+    assert "the world has no users" in capsys.readouterr().out
+
+
+def test_validate_lists_every_type_fault_of_every_user(world_file, tmp_path, capsys):
+    data = json.loads(world_file.read_text())
+    data[0]["user_profile"]["name"] = 5
+    data[0]["periods"][0]["sessions"][0]["query"] = []
+    data[1]["periods"] = "x"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    assert run("validate", str(bad)) == 1
+    out = capsys.readouterr().out
+    assert "user_profile: field 'name' must be str, got int" in out
+    assert "period 0, session 0: field 'query' must be str, got list" in out
+    assert "field 'periods' must be list, got str" in out
+    assert out.strip().endswith("3 issues")

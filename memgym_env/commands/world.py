@@ -83,9 +83,28 @@ def _generate(args) -> int:
     return 0
 
 
+def _validate(path: str) -> int:
+    """Every fault of the file: wrong types and missing fields of every user (a faulty user is
+    not checked further), then the consistency checks of the others. An empty world is invalid."""
+    faults: list[str] = []
+    world = read_world(path, faults=faults)
+    issues = faults + world_issues(world)
+    if not faults and not len(world):
+        issues.append(f"{path}: the world has no users")
+    for line in issues:
+        print(line)
+    sessions = sum(len(p.sessions) for u in world for p in u.periods)
+    faulty = " without faults" if faults else ""
+    print(f"{path}: {len(world)} users{faulty}, {sessions} sessions, "
+          f"{'valid' if not issues else f'{len(issues)} issues'}")
+    return 0 if not issues else 1
+
+
 def run(args) -> int:
     if args.world_command == "generate":
         return _generate(args)
+    if args.world_command == "validate":
+        return _validate(args.path)
     world = read_world(args.path)
     if args.world_command == "show":
         try:
@@ -94,14 +113,6 @@ def run(args) -> int:
             raise ValueError(f"{args.path}: {exc.args[0]}") from None
         print(render_user(user, messages=args.messages))
         return 0
-    if args.world_command == "validate":
-        issues = world_issues(world)
-        for line in issues:
-            print(line)
-        sessions = sum(len(p.sessions) for u in world for p in u.periods)
-        print(f"{args.path}: {len(world)} users, {sessions} sessions, "
-              f"{'valid' if not issues else f'{len(issues)} issues'}")
-        return 0 if not issues else 1
     users = [world.user(args.user)] if args.user is not None else list(world)
     out = sys.stdout if args.out == "-" else open(args.out, "w", encoding="utf-8")
     try:

@@ -41,40 +41,66 @@ def _extra(data: dict, known: tuple[str, ...]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k not in known}
 
 
-class _Reader:
-    """Turns one user dict into a ``WorldUser``, naming the record of any fault."""
+class _Faulty(dict):
+    """Stands in for an object that was the wrong type, so reading goes on without a cascade of
+    'missing field' faults under it."""
 
-    def __init__(self, source: str, index: int):
+
+class _Reader:
+    """Turns one user dict into a ``WorldUser``, naming the record of any fault. With a ``faults``
+    list, every fault is appended there and reading goes on with a stand-in value (so
+    ``memgym world validate`` lists them all); without, the first fault raises ``WorldError``."""
+
+    def __init__(self, source: str, index: int, faults: list[str] | None = None):
         self.source = source
         self.index = index
         self.label = f"user {index}"
+        self.faults = faults
+        self.found = 0  # faults of this user
 
     def fail(self, where: str, msg: str) -> WorldError:
         return WorldError(f"{self.source}: {self.label}{where}: {msg}")
 
+    def fault(self, where: str, msg: str, stand_in: Any = None) -> Any:
+        if self.faults is None:
+            raise self.fail(where, msg)
+        self.found += 1
+        self.faults.append(str(self.fail(where, msg)))
+        return stand_in
+
     def get(self, data: Any, key: str, kinds: tuple[type, ...], where: str, required: bool = True) -> Any:
+        stand_in = _Faulty() if kinds[0] is dict else kinds[0]() if kinds[0] in (str, list) else None
+        if isinstance(data, _Faulty):
+            return stand_in
         if not isinstance(data, dict):
-            raise self.fail(where, f"expected an object, got {type(data).__name__}")
+            return self.fault(where, f"expected an object, got {type(data).__name__}", stand_in)
         if key not in data:
             if required:
-                raise self.fail(where, f"missing field '{key}'")
+                return self.fault(where, f"missing field '{key}'", stand_in)
             return None
         value = data[key]
         if value is None and not required:
             return None
         if not isinstance(value, kinds) or (int in kinds and isinstance(value, bool)):
             names = "/".join(k.__name__ for k in kinds)
-            raise self.fail(where, f"field '{key}' must be {names}, got {type(value).__name__}")
+            return self.fault(where, f"field '{key}' must be {names}, got {type(value).__name__}", stand_in)
         return value
 
     def str_map(self, value: Any, where: str, key: str) -> dict[str, str]:
+        if isinstance(value, _Faulty):
+            return {}
         if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-            raise self.fail(where, f"field '{key}' must map variable names to string values")
+            return self.fault(where, f"field '{key}' must map variable names to string values", {})
         return dict(value)
 
-    def user(self, data: Any) -> WorldUser:
+    def str_list(self, value: list, where: str, message: str) -> list[str]:
+        if not all(isinstance(v, str) for v in value):
+            return self.fault(where, message, [])
+        return list(value)
+
+    def user(self, data: Any) -> WorldUser | None:
         if not isinstance(data, dict):
-            raise self.fail("", f"expected an object, got {type(data).__name__}")
+            return self.fault("", f"expected an object, got {type(data).__name__}")
         uid = data.get("id")
         if uid is not None:
             self.label = f"user {self.index} (id {uid})"
@@ -90,7 +116,8 @@ class _Reader:
         schema: dict[str, list[str]] = {}
         for var, values in schema_raw.items():
             if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-                raise self.fail(f", state_schema['{var}']", "values must be a list of strings")
+                self.fault(f", state_schema['{var}']", "values must be a list of strings")
+                continue
             schema[var] = list(values)
         periods = [self.period(pd, i) for i, pd in enumerate(self.get(data, "periods", (list,), ""))]
         qas = [self.question(q, i) for i, q in enumerate(self.get(data, "qas", (list,), ""))]
@@ -114,7 +141,9 @@ class _Reader:
             domain=self.get(v, "domain", (str,), where, required=False) or "general",
             kind=self.get(v, "kind", (str,), where, required=False) or "state",
             values=self.str_map(self.get(v, "values", (dict,), where, required=False) or {}, where, "values"),
-            steps={k: list(s) for k, s in (self.get(v, "steps", (dict,), where, required=False) or {}).items()},
+            steps={k: self.str_list(s if isinstance(s, list) else [None], f"{where}, steps['{k}']",
+                                    "must be a list of strings")
+                   for k, s in (self.get(v, "steps", (dict,), where, required=False) or {}).items()},
             context=self.get(v, "context", (str,), where, required=False),
             ask=self.get(v, "ask", (str,), where, required=False),
         )
@@ -129,7 +158,7 @@ class _Reader:
             updates[var] = StateUpdate(old=self.get(up, "old", (str,), uw, required=False), new=new)
         cnts = self.get(data, "update_cnts", (dict,), where, required=False) or {}
         if not all(isinstance(c, int) and not isinstance(c, bool) for c in cnts.values()):
-            raise self.fail(where, "field 'update_cnts' must map variable names to integers")
+            cnts = self.fault(where, "field 'update_cnts' must map variable names to integers", {})
         return Period(
             period_start=self.get(data, "period_start", (str,), where, required=False),
             period_end=self.get(data, "period_end", (str,), where),
@@ -158,15 +187,12 @@ class _Reader:
 
     def question(self, data: Any, i: int) -> Question:
         where = f", qas[{i}]"
-        required = self.get(data, "required_info", (list,), where)
-        if not all(isinstance(v, str) for v in required):
-            raise self.fail(where, "field 'required_info' must be a list of variable names")
+        required = self.str_list(self.get(data, "required_info", (list,), where), where,
+                                 "field 'required_info' must be a list of variable names")
         choices = []
         for k, c in enumerate(self.get(data, "answer_choices", (list,), where)):
             cw = f"{where}, answer_choices[{k}]"
-            state = self.get(c, "state", (list,), cw)
-            if not all(isinstance(v, str) for v in state):
-                raise self.fail(cw, "field 'state' must be a list of strings")
+            state = self.str_list(self.get(c, "state", (list,), cw), cw, "field 'state' must be a list of strings")
             choices.append(AnswerChoice(state=list(state), answer=self.get(c, "answer", (str,), cw),
                                         type=self.get(c, "type", (str,), cw, required=False) or "experience",
                                         extra=_extra(c, _CHOICE_KEYS)))
@@ -178,14 +204,22 @@ def user_from_dict(data: Any, index: int = 0, source: str = "world") -> WorldUse
     return _Reader(source, index).user(data)
 
 
-def world_from_list(data: Any, source: str = "world") -> World:
+def world_from_list(data: Any, source: str = "world", faults: list[str] | None = None) -> World:
+    """The users of a data.json list. With ``faults``, every fault is listed there and only the
+    users without any are returned; without, the first fault raises ``WorldError``."""
     if not isinstance(data, list):
         raise WorldError(f"{source}: a data.json holds a list of users, got {type(data).__name__}")
-    return World([user_from_dict(u, i, source) for i, u in enumerate(data)])
+    users = []
+    for i, u in enumerate(data):
+        reader = _Reader(source, i, faults)
+        user = reader.user(u)
+        if not reader.found:
+            users.append(user)
+    return World(users)
 
 
-def read_world(path: str | Path) -> World:
-    """Read a ``data.json``-style world file (a list of users)."""
+def read_world(path: str | Path, faults: list[str] | None = None) -> World:
+    """Read a ``data.json``-style world file (a list of users); ``faults``: see ``world_from_list``."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such world file")
@@ -195,7 +229,7 @@ def read_world(path: str | Path) -> World:
         raise WorldError(str(exc)) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise WorldError(f"{path}: not valid JSON ({exc})") from exc
-    return world_from_list(data, source=str(path))
+    return world_from_list(data, source=str(path), faults=faults)
 
 
 def _info_to_dict(info: VariableInfo) -> dict[str, Any]:

@@ -147,6 +147,6 @@ def world_issues(world: World) -> list[str]:
 
 
 def validate_world(world: World) -> None:
-    issues = world_issues(world)
+    issues = world_issues(world) if len(world) else ["the world has no users"]
     if issues:
         raise WorldError(issues)
