@@ -49,6 +49,13 @@ class Entry:
         tr = data.get("time_range")
         if tr is not None and (not isinstance(tr, list) or len(tr) != 2):
             raise ValueError(f"{where}: field 'time_range' must be a pair or null")
+        for key in ("time", "session"):
+            if not isinstance(data.get(key), (str, type(None))):
+                raise ValueError(f"{where}: field '{key}' must be a string or null")
+        for key in ("predecessors", "evidence"):
+            value = data.get(key)
+            if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+                raise ValueError(f"{where}: field '{key}' must be a list of strings")
         return cls(
             id=data["id"],
             type=data["type"],

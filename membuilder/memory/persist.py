@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import uuid
 from dataclasses import dataclass
@@ -128,52 +129,113 @@ class BankParts:
     next_id: int
 
 
+_GRAPH_NAME = re.compile(r"graph-\d+-[A-Za-z_]+\.npy")
+
+
+def _load_npy(folder: Path, name: str) -> np.ndarray:
+    path = folder / name
+    try:
+        return np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise ValueError(f"{path}: missing; the bank is incomplete") from None
+    except (ValueError, OSError, EOFError) as exc:
+        raise ValueError(f"{path}: not a readable .npy array ({exc})") from None
+
+
+def _field(meta: dict, key: str, kinds: tuple[type, ...], where: str, default=None):
+    value = meta.get(key, default)
+    if not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool)):
+        names = "/".join(k.__name__ for k in kinds)
+        raise ValueError(f"{where}: field '{key}' must be {names}, got {type(value).__name__}")
+    return value
+
+
 def read_bank(path: Path, embedder=None, cache: EmbeddingCache | None = None,
               compressor: Compressor | None = None) -> BankParts:
+    """The parts of the bank at ``path``. Every fault is a ``ValueError`` naming the file (and
+    field): damaged JSON or ``.npy``, wrong types, vectors that are not finite, repeated ids,
+    graph file names that would lead outside the folder."""
     folder = _recover(Path(path))
     meta_file = folder / "bank.json"
     try:
         meta = json.loads(meta_file.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{meta_file}: not valid JSON ({exc})") from exc
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise ValueError(f"{meta_file}: not valid JSON ({type(exc).__name__}: {exc})") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{meta_file}: expected an object, got {type(meta).__name__}")
     if meta.get("format") != FORMAT:
         raise ValueError(f"{meta_file}: field 'format' is {meta.get('format')!r}, expected {FORMAT!r}")
     if meta.get("version") != VERSION:
         raise ValueError(f"{meta_file}: field 'version' is {meta.get('version')!r}; this MemGym reads {VERSION}")
-    dim = meta.get("dim")
+    dim = _field(meta, "dim", (int,), str(meta_file))
     if cache is None:
         cache = EmbeddingCache(embedder, dim=dim)
     if cache.dim != dim:
         raise ValueError(f"{meta_file}: bank vectors have dim {dim} but the embedder gives {cache.dim}")
 
-    entries = [Entry.from_dict(d, where=f"{meta_file}: entries[{i}]") for i, d in enumerate(meta.get("entries", []))]
-    vectors = np.load(folder / "vectors.npy", allow_pickle=False)
-    seqs = np.load(folder / "seqs.npy", allow_pickle=False)
+    raw_entries = _field(meta, "entries", (list,), str(meta_file), [])
+    entries = []
+    for i, d in enumerate(raw_entries):
+        if not isinstance(d, dict):
+            raise ValueError(f"{meta_file}: entries[{i}]: expected an object, got {type(d).__name__}")
+        entries.append(Entry.from_dict(d, where=f"{meta_file}: entries[{i}]"))
+    ids = [e.id for e in entries]
+    if len(set(ids)) != len(ids):
+        repeated = next(x for x in ids if ids.count(x) > 1)
+        raise ValueError(f"{meta_file}: field 'entries' repeats the id {repeated!r}")
+    vectors = _load_npy(folder, "vectors.npy")
+    seqs = _load_npy(folder, "seqs.npy")
     if vectors.shape != (len(entries), dim) or seqs.shape != (len(entries),):
         raise ValueError(
             f"{folder}: vectors.npy {vectors.shape} / seqs.npy {seqs.shape} do not match {len(entries)} entries of dim {dim}"
         )
-    sizes = [s.get("size") for s in meta.get("segments", [])]
+    if vectors.dtype.kind != "f" or seqs.dtype.kind not in "iu":
+        raise ValueError(f"{folder}: vectors.npy must hold floats and seqs.npy integers "
+                         f"(got {vectors.dtype} and {seqs.dtype})")
+    if not np.isfinite(vectors).all():
+        row = int(np.flatnonzero(~np.isfinite(vectors).all(axis=1))[0])
+        raise ValueError(f"{folder / 'vectors.npy'}: row {row} (entry {ids[row]!r}) is not finite (NaN or inf)")
+    if len(np.unique(seqs)) != len(seqs):
+        raise ValueError(f"{folder / 'seqs.npy'}: repeats a sequence number")
+    segments = _field(meta, "segments", (list,), str(meta_file), [])
+    for k, seg_meta in enumerate(segments):
+        where = f"{meta_file}: segments[{k}]"
+        if not isinstance(seg_meta, dict):
+            raise ValueError(f"{where}: expected an object, got {type(seg_meta).__name__}")
+        if _field(seg_meta, "size", (int,), where) < 0:
+            raise ValueError(f"{where}: field 'size' is negative")
+        for t, name in _field(seg_meta, "graphs", (dict,), where, {}).items():
+            # Names come from the file: only a plain graph file name inside this folder is read.
+            if not isinstance(name, str) or not _GRAPH_NAME.fullmatch(name):
+                raise ValueError(f"{where}: graph file name {name!r} for {t!r} is not a graph-<i>-<type>.npy "
+                                 "name inside the bank folder")
+    sizes = [s["size"] for s in segments]
     if sum(sizes) != len(entries):
         raise ValueError(f"{meta_file}: field 'segments' covers {sum(sizes)} entries, the file holds {len(entries)}")
 
     # Quoted memories (UPDATE/MERGE) are looked up by text; seeding the cache saves re-embedding them.
     cache.put([e.text for e in entries], vectors)
-    core = meta.get("core") or {}
+    core = _field(meta, "core", (dict,), str(meta_file), {}) or {}
     default = CoreBlock()
+    where = f"{meta_file}: core"
+    events = _field(core, "events", (list,), where, [])
+    try:
+        core_events = [CoreEvent(**e) for e in events]
+    except TypeError as exc:
+        raise ValueError(f"{where}: field 'events' holds a malformed event ({exc})") from None
     core_block = CoreBlock(
-        text=core.get("text", ""),
-        limit=core.get("limit", default.limit),
+        text=_field(core, "text", (str,), where, ""),
+        limit=_field(core, "limit", (int,), where, default.limit),
         compressor=compressor,
-        compress_target=core.get("compress_target", default.compress_target),
-        events=[CoreEvent(**e) for e in core.get("events", [])],
+        compress_target=_field(core, "compress_target", (int,), where, default.compress_target),
+        events=core_events,
     )
     chain, start = [], 0
-    for seg_meta in meta.get("segments", []):
+    for seg_meta in segments:
         end = start + seg_meta["size"]
-        graphs = {t: np.load(folder / name, allow_pickle=False) for t, name in seg_meta.get("graphs", {}).items()
-                  if t in MEMORY_TYPES}
+        graphs = {t: _load_npy(folder, name) for t, name in seg_meta.get("graphs", {}).items() if t in MEMORY_TYPES}
         chain.append(Segment(entries[start:end], vectors[start:end], seqs[start:end], graphs))
         start = end
-    return BankParts(cache, core_block, tuple(chain), int(meta.get("next_seq", len(entries))),
-                     int(meta.get("next_id", len(entries))))
+    next_seq = _field(meta, "next_seq", (int,), str(meta_file), len(entries))
+    next_id = _field(meta, "next_id", (int,), str(meta_file), len(entries))
+    return BankParts(cache, core_block, tuple(chain), next_seq, next_id)
