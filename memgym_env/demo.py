@@ -13,14 +13,16 @@ from typing import Any
 
 from membuilder.agents.constructor import MemBuilderPolicy
 from membuilder.llm.base import Sampling
+from membuilder.llm.registry import TRAINED_POLICY
 from membuilder.ops import AGENTS
 from memgym_env.construction import ConstructionConfig, MemoryGymEnv
-from memgym_env.interactive.runner import RunConfig, evaluate_one
+from memgym_env.interactive.runner import RunConfig, evaluate_one, load_constructor
 from memgym_env.interactive.workers import evaluate_parallel
 from memgym_env.world import generate_world, load_config, read_world, write_world
 
 POLICIES = ("oracle", "empty", "membuilder")
 ASSISTANTS = ("rag", "awe", "membuilder", "oracle")
+UNTRAINED = "membuilder-untrained"  # the extra MemBuilder row whose constructor is the untrained base
 EMPTY_ACTION = {"core": "", "episodic": '{"operations": []}', "semantic": '{"operations": []}',
                 "procedural": '{"operations": []}'}
 
@@ -38,6 +40,9 @@ class DemoSizes:
     eval_users: int = field(metadata={"help": "users played through the interactive evaluation"})
     on_policy: bool = field(metadata={"help": "assistants converse with the simulated user (else: replay the world's sessions)"})
     changes_per_period: int = 1  # state changes per update period: fewer changes, fewer sessions
+    # The untrained MemBuilder constructor always runs beside the trained one in MemoryGym-v0; a
+    # second interactive MemBuilder run for it is in --full only (on 2 CPU cores it adds minutes).
+    compare_interactive: bool = False
     reply_tokens: int = 16
     write_tokens: int = 32
     top_k: int = 5
@@ -49,7 +54,8 @@ QUICK = DemoSizes(users=1, periods=2, questions=1, rollout_sessions=3, policy_se
 DEFAULT = DemoSizes(users=3, periods=4, questions=2, rollout_sessions=6, policy_sessions=2, policy_tokens=32,
                     eval_users=2, on_policy=True, write_tokens=24)
 FULL = DemoSizes(users=3, periods=4, questions=4, rollout_sessions=16, policy_sessions=16, policy_tokens=256,
-                 eval_users=3, on_policy=True, changes_per_period=4, reply_tokens=48, write_tokens=128, top_k=10)
+                 eval_users=3, on_policy=True, changes_per_period=4, reply_tokens=48, write_tokens=128, top_k=10,
+                 compare_interactive=True)
 PRESETS = {"quick": QUICK, "default": DEFAULT, "full": FULL}
 
 
@@ -104,19 +110,23 @@ def make_world(sizes: DemoSizes, out: Path, seed: int) -> Path:
     return path
 
 
-def rollouts(world: Path, sizes: DemoSizes, model, progress: Progress) -> dict[str, Any]:
-    """MemoryGym-v0 on the first user with each policy; per-agent rewards per session."""
+def rollouts(world: Path, sizes: DemoSizes, model, progress: Progress, untrained=None) -> dict[str, Any]:
+    """MemoryGym-v0 on the first user with each policy; per-agent rewards per session. ``model``
+    writes the membuilder policy's memory; ``untrained`` (a model) adds the ``membuilder-untrained`` row."""
     env = MemoryGymEnv(ConstructionConfig(world_path=str(world), answer_mode="evidence", questions_per_session=3))
-    policy = MemBuilderPolicy(model, Sampling(temperature=0.0, max_new_tokens=sizes.policy_tokens))
+    sampling = Sampling(temperature=0.0, max_new_tokens=sizes.policy_tokens)
+    writers = {"membuilder": MemBuilderPolicy(model, sampling)}
+    if untrained is not None:
+        writers[UNTRAINED] = MemBuilderPolicy(untrained, sampling)
     out: dict[str, Any] = {}
-    for name in POLICIES:
+    for name in POLICIES + ((UNTRAINED,) if untrained is not None else ()):
         obs, info = env.reset(seed=0, options={"episode": 0})
-        total = min(sizes.rollout_sessions if name != "membuilder" else sizes.policy_sessions, info["num_sessions"])
+        total = min(sizes.policy_sessions if name in writers else sizes.rollout_sessions, info["num_sessions"])
         steps = []
         for i in range(total):
             progress.set(f"MemoryGym-v0 · {name} policy", f"session {i + 1}/{total}")
             action = env.unwrapped.expert_action() if name == "oracle" else \
-                EMPTY_ACTION if name == "empty" else policy.act(obs)
+                EMPTY_ACTION if name == "empty" else writers[name].act(obs)
             obs, reward, done, _, info = env.step(action)
             steps.append({"session": info["session_index"], "reward": reward, "task_reward": info["task_reward"],
                           "agent_rewards": info["agent_rewards"], "valid": info["valid"]})
@@ -131,34 +141,45 @@ def rollouts(world: Path, sizes: DemoSizes, model, progress: Progress) -> dict[s
 
 
 def interactive(world: Path, sizes: DemoSizes, model, embedder, model_spec: str, out: Path,
-                progress: Progress, assistants: tuple[str, ...] = ASSISTANTS, workers: int = 1) -> dict[str, Any]:
+                progress: Progress, assistants: tuple[str, ...] = ASSISTANTS, workers: int = 1,
+                policy_model: str = TRAINED_POLICY, untrained: str | None = None,
+                constructors: dict[str, Any] | None = None) -> dict[str, Any]:
     """The interactive evaluation of each assistant (oracle is the upper bound); results per assistant.
-    With ``workers`` > 1 the users are split over that many processes of one torch thread each."""
-    cfgs = [RunConfig(world=str(world), assistant=name, out=str(out / "runs" / name), model=model_spec,
-                      users=sizes.eval_users, replay=None if sizes.on_policy else "world",
+    With ``workers`` > 1 the users are split over that many processes of one torch thread each.
+    membuilder writes memory with ``policy_model`` where ``model_spec`` is SmolLM2; ``untrained``
+    (a spec) adds a ``membuilder-untrained`` run constructing with it, answering with the same model.
+    ``constructors``: already loaded constructor models by spec, for a serial run."""
+    runs = {name: (name, policy_model) for name in assistants}
+    if untrained is not None:
+        runs[UNTRAINED] = ("membuilder", untrained)
+    names = tuple(runs)
+    cfgs = [RunConfig(world=str(world), assistant=assistant, out=str(out / "runs" / name), model=model_spec,
+                      policy_model=policy, users=sizes.eval_users, replay=None if sizes.on_policy else "world",
                       reply_tokens=sizes.reply_tokens, write_tokens=sizes.write_tokens, top_k=sizes.top_k,
-                      factual_recall=False) for name in assistants]
+                      factual_recall=False) for name, (assistant, policy) in runs.items()]
     workers = min(workers, sizes.eval_users)
     if workers > 1:
-        progress.set(f"interactive · {', '.join(assistants)}", f"starting {workers} workers")
+        progress.set(f"interactive · {', '.join(names)}", f"starting {workers} workers")
 
         def worker_period(ev: dict[str, Any]) -> None:
             progress.worker_calls[ev["worker"]] = ev["calls"]
             progress.set(f"interactive · {ev['assistant']}",
                          f"user {ev['user'][:8]} period {ev['period'] + 1}/{sizes.periods} done (worker {ev['worker']})")
 
-        runs = evaluate_parallel(cfgs, workers, threads=1, on_period=worker_period)
-        return dict(zip(assistants, runs, strict=True))
+        results = evaluate_parallel(cfgs, workers, threads=1, on_period=worker_period)
+        return dict(zip(names, results, strict=True))
     w = read_world(world)
     cache: dict = {}
+    constructors = dict(constructors or {})
     results = {}
-    for cfg in cfgs:
-        progress.set(f"interactive · {cfg.assistant}", "starting")
+    for name, cfg in zip(names, cfgs, strict=True):
+        progress.set(f"interactive · {name}", "starting")
 
         def period_done(user: str, period: int) -> None:
             progress.set(None, f"user {user[:8]} period {period + 1}/{sizes.periods} done")
 
-        results[cfg.assistant] = evaluate_one(cfg, w, model, embedder, cache, on_period_end=period_done)
+        results[name] = evaluate_one(cfg, w, model, embedder, cache, on_period_end=period_done,
+                                     constructor=load_constructor(cfg, model, cache=constructors))
     return results
 
 

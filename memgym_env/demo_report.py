@@ -53,6 +53,35 @@ def interactive_table(results: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+UNTRAINED = "membuilder-untrained"  # memgym_env.demo.UNTRAINED (not imported: that module loads the env)
+
+
+def trained_table(meta: dict[str, Any], rollouts: dict[str, Any], results: dict[str, Any]) -> list[list[str]]:
+    """MemBuilder with the untrained and the trained memory constructor, one row each: MemoryGym-v0
+    on the same sessions (count, mean reward, share of valid agent outputs, reward per agent) and,
+    where both were played, the interactive run (same answerer: user-period cells, accuracy,
+    memory score, write failures)."""
+    pairs = [(spec, key) for key, spec in ((UNTRAINED, meta.get("untrained_constructor")),
+                                           ("membuilder", meta.get("constructor"))) if spec and key in rollouts]
+    played = len(pairs) == 2 and all(key in results for _, key in pairs)
+    head = ["constructor", "sessions", "mean reward", "valid outputs", *AGENTS]
+    if played:
+        head += ["interactive cells", "accuracy", "memory score", "write failures"]
+    rows = [head]
+    for spec, key in pairs:
+        built = rollouts[key]
+        valid = sum(built["valid"].values()) / max(len(built["valid"]), 1)
+        row = [f"{spec} ({'untrained' if key == UNTRAINED else 'trained'})", str(built["sessions"]),
+               _fmt(built["mean_reward"]), _fmt(valid), *(_fmt(built["per_agent"][a]) for a in AGENTS)]
+        if played:
+            r = results[key]
+            cells = r.get("per_user", {}).get("accuracy", [])
+            n = sum(v is not None for user in cells for v in user)
+            row += [f"{n} ({len(cells)} users)", *(_fmt(r["overall"][k]) for k in ("accuracy", "memory_score", "write"))]
+        rows.append(row)
+    return rows
+
+
 def markdown(rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows[1:]])
@@ -64,7 +93,8 @@ def write_report(out: Path, meta: dict[str, Any], rollouts: dict[str, Any], resu
     score_png, failures_png = plot(list(results.values()), plots)
     construction_png = construction_plot(rollouts, plots / "construction_reward.png")
     report = {"meta": meta, "construction": rollouts,
-              "interactive": {k: {kk: v[kk] for kk in ("overall", "per_period", "usage_by_stage", "wall_s", "mode")}
+              "interactive": {k: {kk: v.get(kk) for kk in ("overall", "per_period", "usage_by_stage", "wall_s", "mode",
+                                                           "constructor")}
                               for k, v in results.items()}}
     json_path = out / "report.json"
     json_path.write_text(json.dumps(report, indent=1, default=str), encoding="utf-8")
@@ -73,7 +103,9 @@ def write_report(out: Path, meta: dict[str, Any], rollouts: dict[str, Any], resu
         "# MemGym demo report", "",
         f"Model `{meta['model']}` ({meta.get('engine', 'engine not recorded')}), world of {meta['sizes']['users']} users x {meta['sizes']['periods']} periods "
         f"(seed {meta['seed']}), preset `{meta['preset']}`, {meta['wall_s']:.0f} s on {meta['cpus']} CPUs "
-        f"(load average at start {meta['load_average']}).", "",
+        f"(load average at start {meta['load_average']})."
+        + (f" MemBuilder's memory is written by `{meta['constructor']}`." if meta.get("constructor") not in
+           (None, meta["model"]) else ""), "",
         "## MemoryGym-v0: how well each policy builds memory", "",
         "Reward per session (evidence scoring: a question counts when its evidence is in the retrieved memory); "
         "the oracle writes the world's ideal operations, the empty policy writes nothing.", "",
@@ -84,6 +116,21 @@ def write_report(out: Path, meta: dict[str, Any], rollouts: dict[str, Any], resu
         markdown(interactive_table(results)), "",
         f"![memory score per period]({rel[score_png]})", "", f"![failures by cause]({rel[failures_png]})", "",
     ]
+    compared = trained_table(meta, rollouts, results)
+    if len(compared) > 2:
+        interactive = "interactive cells" in compared[0]
+        at = md.index("## Interactive evaluation: which assistant remembers the user's changing life")
+        md[at:at] = [
+            "## MemBuilder's memory constructor: untrained vs trained", "",
+            f"The same world, sessions and answerer (`{meta['model']}`); only the model writing MemBuilder's memory "
+            f"differs: `{meta['untrained_constructor']}` as released and `{meta['constructor']}`, the trained policy "
+            "shipped in the package. MemoryGym-v0 columns count sessions of the first user; "
+            + ("interactive cells are user-periods, each scored on that period's questions." if interactive else
+               "the interactive evaluation below plays MemBuilder with the trained constructor only (a second run "
+               "for the untrained one is part of `--full`; `memgym evaluate --assistant membuilder "
+               "--policy-model smollm2-135m` plays it)."), "",
+            markdown(compared), "",
+        ]
     md_path = out / "report.md"
     md_path.write_text("\n".join(md), encoding="utf-8")
     return {"report.md": md_path, "report.json": json_path, "memory score plot": score_png,

@@ -1,6 +1,7 @@
 """`memgym demo` end to end on the smallest real run: SmolLM2 and MiniLM, two users, two periods."""
 
 import json
+import os
 from dataclasses import replace
 
 import pytest
@@ -50,3 +51,42 @@ def test_demo_rejects_a_bad_threads_value_in_one_line(capsys):
     assert main(["demo", "--threads", "0", "--out", "/tmp/memgym-demo-never"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "memgym demo: error: --threads must be at least 1"
+
+
+def test_demo_report_shows_the_untrained_and_the_trained_constructor_side_by_side(tmp_path, models):
+    from membuilder.llm import load_chat_model
+    from membuilder.llm.registry import TRAINED_POLICY
+
+    model, embedder = models
+    sizes = replace(TINY, eval_users=1)
+    # one torch thread (process-wide) on a 2-core machine shared with other jobs: several times faster
+    trained = load_chat_model(TRAINED_POLICY, threads=1 if (os.cpu_count() or 1) <= 2 else None)
+    with demo.Progress([model, trained]) as progress:
+        world = demo.make_world(sizes, tmp_path, seed=7)
+        rollouts = demo.rollouts(world, sizes, trained, progress, untrained=model)
+        results = demo.interactive(world, sizes, model, embedder, "smollm2-135m", tmp_path, progress,
+                                   assistants=("membuilder",), untrained="smollm2-135m",
+                                   constructors={TRAINED_POLICY: trained})
+    assert list(rollouts) == [*demo.POLICIES, demo.UNTRAINED] and list(results) == ["membuilder", demo.UNTRAINED]
+    assert results["membuilder"]["constructor"] == TRAINED_POLICY
+    assert results[demo.UNTRAINED]["constructor"] == results[demo.UNTRAINED]["model"] == "smollm2-135m"
+    assert results["membuilder"]["usage_by_stage"]["write"]["calls"] > 0  # the trained model's calls are booked
+    meta = {"model": "smollm2-135m", "constructor": TRAINED_POLICY, "untrained_constructor": "smollm2-135m",
+            "embedder": "minilm", "preset": "test", "seed": 7, "sizes": demo.sizes_dict(sizes), "world": str(world),
+            "cpus": 2, "load_average": [0, 0, 0], "model_calls": progress.calls(), "wall_s": 1.0}
+    paths = write_report(tmp_path, meta, rollouts, results)
+    md = paths["report.md"].read_text()
+    section = md.split("untrained vs trained", 1)[1].split("## Interactive", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| smollm2")]
+    assert [r.split(" | ")[0] for r in rows] == ["| smollm2-135m (untrained)", f"| {TRAINED_POLICY} (trained)"]
+    assert all(f"| {sizes.policy_sessions} |" in r and "| 2 (1 users) |" in r for r in rows)
+    report = json.loads(paths["report.json"].read_text())
+    assert report["interactive"]["membuilder"]["constructor"] == TRAINED_POLICY
+
+    # The default preset plays the untrained constructor in MemoryGym-v0 only: the table keeps both rows.
+    only_trained = {k: v for k, v in results.items() if k != demo.UNTRAINED}
+    md = write_report(tmp_path / "default", meta, rollouts, only_trained)["report.md"].read_text()
+    section = md.split("untrained vs trained", 1)[1].split("## Interactive", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| smollm2")]
+    assert len(rows) == 2 and "interactive cells" not in section and "--policy-model smollm2-135m" in section
+    assert not demo.DEFAULT.compare_interactive and demo.FULL.compare_interactive

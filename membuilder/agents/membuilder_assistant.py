@@ -20,13 +20,15 @@ BANK_DIR = "bank"
 class MemBuilderAssistant(ChatAssistant):
     """Arguments beyond ``ChatAssistant``'s: ``embedder``, ``write_tokens`` (longest agent output),
     ``view_k`` (own-type entries each agent sees, 20 in MemBuilder), ``answer_k`` (entries
-    retrieved for an answer, 10)."""
+    retrieved for an answer, 10), ``write_model`` (the memory constructor playing the four agents
+    and compressing Core, e.g. a trained policy; default ``model``, which always replies and answers)."""
 
     name = "membuilder"
 
-    def __init__(self, model, embedder, *, write_tokens: int = 384, view_k: int = 20, answer_k: int = 10, **kwargs):
+    def __init__(self, model, embedder, *, write_tokens: int = 384, view_k: int = 20, answer_k: int = 10,
+                 write_model=None, **kwargs):
         self.embedder = embedder
-        self.write_model = bound(model, "write")
+        self.write_model = bound(model if write_model is None else write_model, "write")
         self.policy = MemBuilderPolicy(self.write_model, Sampling(temperature=0.0, max_new_tokens=write_tokens))
         self.view_k = view_k
         self.answer_k = answer_k

@@ -8,6 +8,9 @@ A build runs into a temporary folder next to the target and is renamed into plac
 ``memgym-complete.json`` marker is written, under a file lock. So two processes never build at
 once, and a folder left behind by a killed build (no marker, or files missing) is thrown away
 and rebuilt rather than loaded half-written.
+
+Trained policies ship as LoRA adapters in ``membuilder/policies/<name>/``;
+``trained_policy_checkpoint`` merges one into the base once (per adapter digest) the same way.
 """
 
 from __future__ import annotations
@@ -129,3 +132,72 @@ def smollm2_checkpoint(root: Path | None = None) -> Path:
     gguf = smollm2_gguf_path()
     source = {"gguf": str(gguf), "gguf_bytes": gguf.stat().st_size}
     return ensure_checkpoint("smollm2-135m-instruct", lambda out: _convert_gguf(gguf, out), root=root, source=source)
+
+
+# ---- trained policies shipped in the package --------------------------------------------------
+
+POLICIES_DIR = Path(__file__).resolve().parent.parent / "policies"
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+
+
+def policy_dir(name: str) -> Path:
+    """The packaged folder of a trained policy: ``membuilder/policies/<name>/``."""
+    return POLICIES_DIR / name
+
+
+def adapter_digest(adapter: Path) -> str:
+    """16 hex digits of SHA-256 over the adapter's config and weights: a new adapter, a new merge."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name in ADAPTER_FILES:
+        h.update(name.encode())
+        with open(adapter / name, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()[:16]
+
+
+def merge_adapter(base: Path, adapter: Path, out: Path) -> None:
+    """``base`` + the LoRA ``adapter`` merged into one plain checkpoint (float32, as the base is)
+    written to ``out`` with the base's tokenizer and chat template."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        from peft import PeftModel
+    except ImportError as exc:
+        raise RuntimeError(f"merging the trained policy in {adapter} needs peft: "
+                           "`pip install -e '.[train]'` (make setup does)") from exc
+    model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
+    merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    merged.save_pretrained(str(out), safe_serialization=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(base))
+    tokenizer.save_pretrained(str(out))
+    template = getattr(tokenizer, "chat_template", None)
+    if template and not (out / "chat_template.jinja").exists():
+        (out / "chat_template.jinja").write_text(template, encoding="utf-8")
+
+
+def trained_policy_checkpoint(name: str = "smollm2-135m-memgym", adapter: Path | None = None,
+                              root: Path | None = None, base: Path | None = None) -> Path:
+    """Folder of the merged checkpoint of a trained policy (SmolLM2-135M-Instruct + its LoRA
+    adapter), built on first use and again whenever the adapter's files change.
+
+    ``adapter`` defaults to the packaged ``membuilder/policies/<name>/`` and ``base`` to the
+    converted SmolLM2 checkpoint. The merge lives in ``root`` (default: beside the base, in the
+    models cache) as ``<name>-<digest of the adapter>``, so every backend loads it by path; a
+    merge of an older adapter stays there until the cache is cleared.
+    """
+    adapter = Path(adapter) if adapter is not None else policy_dir(name)
+    missing = [f for f in ADAPTER_FILES if not (adapter / f).is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"model '{name}' is a LoRA adapter over SmolLM2-135M-Instruct shipped in {adapter}, but "
+            f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} missing there; reinstall the "
+            "package, or use the untrained 'smollm2-135m'")
+    digest = adapter_digest(adapter)
+    base = Path(base) if base is not None else smollm2_checkpoint()
+    source = {"base": str(base), "adapter": str(adapter), "adapter_sha256_16": digest}
+    return ensure_checkpoint(f"{name}-{digest}", lambda out: merge_adapter(base, adapter, out),
+                             root=root if root is not None else base.parent, source=source)

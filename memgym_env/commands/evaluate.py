@@ -8,7 +8,7 @@ import os
 
 from membuilder.agents.assistants import ASSISTANTS
 from memgym_env.interactive.results import compare
-from memgym_env.interactive.runner import RunConfig, evaluate_one, load_run_models
+from memgym_env.interactive.runner import RunConfig, evaluate_one, load_constructor, load_run_models
 from memgym_env.interactive.workers import evaluate_parallel
 from memgym_env.world import read_world
 
@@ -18,11 +18,14 @@ EXAMPLES = """examples:
   memgym world generate --config configs/env/base.yaml --set num_users=2 --set num_periods=3 --out world.json
   memgym evaluate --world world.json --assistant native --model smollm2-135m --out runs/native
   memgym evaluate --world world.json --assistant native,rag,awe,awi,membuilder,oracle --out runs/all
+  memgym evaluate --world world.json --assistant membuilder --policy-model smollm2-135m --out runs/untrained
   memgym evaluate --world world.json --assistant rag,oracle --workers 2 --out runs/two-cores
   memgym evaluate --world world.json --assistant rag --replay runs/native --out runs/rag-off
   memgym evaluate --world world.json --assistant awi --evolve complete --out runs/awi-evolve
   memgym report runs/all/* runs/rag-off
 
+With a SmolLM2 --model, membuilder writes memory with the trained policy smollm2-135m-memgym
+(shipped in the package) and answers with --model; --policy-model smollm2-135m gives the untrained base.
 Run the same command again to resume after the last finished period of each user.
 Each run folder gets results.json, report.txt and plots/ (memory score, failures by cause).
 """
@@ -62,7 +65,9 @@ def run(args: argparse.Namespace) -> int:
             os.environ["MEMGYM_TORCH_THREADS"] = str(args.threads)
         model, embedder, checker = load_run_models(cfgs, args.threads)
         upper_cache: dict = {}  # the upper bound depends on the model and world only: shared by the runs
+        constructors: dict = {}  # membuilder's memory-writing models by spec
         for cfg in cfgs:
-            evaluate_one(cfg, world, model, embedder, upper_cache, checker=checker)
+            evaluate_one(cfg, world, model, embedder, upper_cache, checker=checker,
+                         constructor=load_constructor(cfg, model, args.threads, constructors))
     print(compare(outs, plots=Path(args.out) / "plots" if len(names) > 1 else None))
     return 0

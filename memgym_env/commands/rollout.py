@@ -8,13 +8,15 @@ from pathlib import Path
 
 from membuilder.agents.constructor import MemBuilderPolicy
 from membuilder.llm import load_chat_model
+from membuilder.llm.registry import TRAINED_POLICY, constructor_spec
 from membuilder.ops import AGENTS
 from memgym_env.construction import ConstructionConfig, MemoryGymEnv
 
 HELP = "Run MemoryGym-v0 episodes with the oracle, empty or MemBuilder-prompting policy."
 EXAMPLES = """examples:
   memgym rollout --policy oracle --answer-mode evidence --out runs/oracle.json
-  memgym rollout --policy membuilder --model smollm2-135m --world world.json --episodes 1 --max-sessions 3
+  memgym rollout --policy membuilder --world world.json --episodes 1 --max-sessions 3   # the trained SmolLM2 policy
+  memgym rollout --policy membuilder --policy-model smollm2-135m --max-sessions 3        # the untrained base
   memgym rollout --policy membuilder --model openai:Qwen/Qwen3-4B@http://localhost:8000/v1 --answer-mode llm
 """
 
@@ -24,7 +26,12 @@ EMPTY = {"core": "", "episodic": '{"operations": []}', "semantic": '{"operations
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", choices=POLICIES, default="oracle")
-    p.add_argument("--model", default="smollm2-135m", help="policy model spec (membuilder policy)")
+    p.add_argument("--model", default="smollm2-135m",
+                   help="model spec of the membuilder policy (default smollm2-135m: SmolLM2, written by --policy-model)")
+    p.add_argument("--policy-model", default=TRAINED_POLICY,
+                   help=f"the memory constructor where --model is SmolLM2-135M: {TRAINED_POLICY} (default, the "
+                        "trained policy shipped in the package) or smollm2-135m (the untrained base); any other "
+                        "--model writes memory itself")
     p.add_argument("--world", help="a world data.json (default: generate a small one)")
     p.add_argument("--config", help="a MemoryGym-v0 YAML config (configs/env/construction.yaml)")
     p.add_argument("--answer-mode", choices=("choice", "llm", "evidence"), help="override the config's answer mode")
@@ -44,9 +51,10 @@ def run(args: argparse.Namespace) -> int:
                                    "snapshot": args.snapshot}.items() if v}
     cfg = ConstructionConfig.from_yaml(args.config, **overrides) if args.config else ConstructionConfig(**overrides)
     env = MemoryGymEnv(cfg)
-    policy = None
+    policy, constructor = None, None
     if args.policy == "membuilder":
-        policy = MemBuilderPolicy(load_chat_model(args.model))
+        constructor = constructor_spec(args.model, args.policy_model)
+        policy = MemBuilderPolicy(load_chat_model(constructor))
 
     steps = []
     n_eps = min(args.episodes, len(env.episodes))
@@ -68,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         return sum(xs) / len(xs) if xs else 0.0
 
     summary = {
-        "policy": args.policy, "model": args.model if policy else None, "config": cfg.__dict__,
+        "policy": args.policy, "model": constructor, "config": cfg.__dict__,
         "sessions": len(steps), "mean_reward": mean(s["reward"] for s in steps),
         "mean_task_reward": mean(s["task_reward"] for s in steps),
         "per_agent": {a: {"reward": mean(s["agent_rewards"][a] for s in steps),

@@ -78,8 +78,8 @@ def collect_results(run: Path, world: World, users: Sequence[WorldUser], meta: d
                "factual_recall": metrics.nanmean(recall_arr),
                **{k: v for k, v in metrics.overall_rates(labels).items() if k in metrics.FAILURES},
                "unparsed_answers": int(sum(not p for p in parsed))}
-    return {**{k: meta.get(k) for k in ("assistant", "mode", "model", "simulator", "replay", "evolve", "world",
-                                         "workers")},
+    return {**{k: meta.get(k) for k in ("assistant", "mode", "model", "constructor", "simulator", "replay", "evolve",
+                                         "world", "workers")},
             "users": [u.id for u in users], "overall": overall, "per_period": per_period,
             "per_user": {"accuracy": _rows(acc), "upper_bound": _rows(upper), "random": _rows(rand),
                          "memory_score": _rows(score), "factual_recall": _rows(recall_arr),
@@ -95,6 +95,12 @@ def _fmt(v: Any) -> str:
     return "-" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v:.3f}"
 
 
+def run_label(r: dict[str, Any]) -> str:
+    """The assistant, and the model writing its memory where that is not the run's model."""
+    writer = r.get("constructor")
+    return r["assistant"] + (f" [writes with {writer}]" if writer not in (None, r.get("model")) else "")
+
+
 def table(results: Sequence[dict[str, Any]]) -> str:
     """One row per run: accuracy, memory score, diagnosis, factual recall, calls and tokens by stage."""
     head = ["assistant", "mode", "acc", "UB", "rand", "score", "write", "read", "util", "recall", "calls/tokens by stage"]
@@ -103,7 +109,7 @@ def table(results: Sequence[dict[str, Any]]) -> str:
         o = r["overall"]
         stages = ", ".join(f"{k} {int(u.get('calls', 0))}/{int(u.get('prompt_tokens', 0) + u.get('completion_tokens', 0))}"
                            for k, u in sorted(r.get("usage_by_stage", {}).items()))
-        label = r["assistant"] + (f" [evolve {r['evolve']}]" if r.get("evolve") not in (None, "none") else "")
+        label = run_label(r) + (f" [evolve {r['evolve']}]" if r.get("evolve") not in (None, "none") else "")
         rows.append([label, r["mode"], *(_fmt(o[k]) for k in ("accuracy", "upper_bound", "random", "memory_score",
                                                              "write", "read", "utilization", "factual_recall")), stages])
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=False)]
@@ -120,7 +126,7 @@ def plot(results: Sequence[dict[str, Any]], folder: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     folder.mkdir(parents=True, exist_ok=True)
-    names = [f"{r['assistant']} ({r['mode']})" for r in results]
+    names = [f"{run_label(r)} ({r['mode']})" for r in results]
     fig, ax = plt.subplots(figsize=(7, 4))
     for name, r in zip(names, results, strict=True):
         ys = [np.nan if v is None else v for v in r["per_period"]["memory_score"]]

@@ -23,6 +23,7 @@ from typing import Any
 from membuilder.agents.assistants import NEEDS_EMBEDDER, make_assistant
 from membuilder.llm import load_chat_model
 from membuilder.llm.embedders import load_embedder
+from membuilder.llm.registry import TRAINED_POLICY, constructor_spec
 from memgym_env.interactive import evolution
 from memgym_env.interactive.checks import factual_recall_flags, period_facts, readable_state, upper_bound
 from memgym_env.interactive.env import MESSAGE, InteractiveEnv
@@ -31,7 +32,8 @@ from memgym_env.interactive.run_files import RUN_FILE, finished_periods, period_
 from memgym_env.simulator import ReplaySimulator, make_simulator
 from memgym_env.world.types import World, WorldUser
 
-IDENTITY = ("world_digest", "assistant", "model", "simulator", "replay", "seed", "assistant_options", "evolve")
+IDENTITY = ("world_digest", "assistant", "model", "constructor", "simulator", "replay", "seed", "assistant_options",
+            "evolve")
 
 
 @dataclass
@@ -40,6 +42,9 @@ class RunConfig:
     assistant: str = field(metadata={"help": "native, rag, awe, awi, membuilder or oracle; a comma list runs each into OUT/<name>"})
     out: str = field(metadata={"help": "run folder (resumed when it exists)"})
     model: str = field(default="smollm2-135m", metadata={"help": "chat model spec of the assistant, answerer and checker"})
+    policy_model: str = field(default=TRAINED_POLICY, metadata={
+        "help": "membuilder's memory constructor where --model is SmolLM2-135M: the trained policy, or "
+                "smollm2-135m for the untrained base (any other --model constructs with itself)"})
     embedder: str = field(default="minilm", metadata={"help": "embedder spec (rag, awe, membuilder)"})
     simulator: str = field(default="template", metadata={"help": "user simulator: template (offline) or llm (the model)"})
     replay: str | None = field(default=None, metadata={"help": "off-policy: a run folder whose interactions to feed, or 'world'"})
@@ -54,6 +59,10 @@ class RunConfig:
     evolve: str = field(default="none", metadata={"help": "self-evolution of awe/awi: none, question-only, complete"})
     threads: int | None = field(default=None, metadata={"help": "torch CPU threads (per worker; default: cores / workers)"})
     workers: int = field(default=1, metadata={"help": "processes the users are split over, each with its own model copy (same results)"})
+
+    def constructor(self) -> str | None:
+        """The model spec that writes a membuilder assistant's memory (None for other assistants)."""
+        return constructor_spec(self.model, self.policy_model) if self.assistant == "membuilder" else None
 
     def assistant_options(self) -> dict[str, Any]:
         opts: dict[str, Any] = {"reply_tokens": self.reply_tokens, "context_tokens": self.context_tokens}
@@ -92,9 +101,16 @@ def recorded_sessions(source: str, world: World) -> dict[str, list[dict[str, str
     return out
 
 
-def usage_snapshot(model) -> dict[str, dict[str, float]]:
-    ledger = getattr(model, "ledger", None) or getattr(getattr(model, "model", None), "ledger", None)
-    return ledger.to_dict()["by_purpose"] if ledger is not None else {}
+def usage_snapshot(*models) -> dict[str, dict[str, float]]:
+    """Usage per purpose, summed over ``models`` (the run's model and a separate constructor)."""
+    out: dict[str, dict[str, float]] = {}
+    for model in models:
+        ledger = getattr(model, "ledger", None) or getattr(getattr(model, "model", None), "ledger", None)
+        for purpose, usage in (ledger.to_dict()["by_purpose"] if ledger is not None else {}).items():
+            acc = out.setdefault(purpose, {})
+            for k, v in usage.items():
+                acc[k] = acc.get(k, 0) + v
+    return out
 
 
 def usage_delta(before: dict, after: dict) -> dict[str, dict[str, float]]:
@@ -112,11 +128,13 @@ class UserRun:
 
     def __init__(self, cfg: RunConfig, run: Path, world: World, user: WorldUser, assistant, model,
                  simulator, replay: dict | None, upper_cache: dict, on_period_end: Callable[[str, int], None] | None,
-                 checker=None):
+                 checker=None, constructor=None):
         self.cfg, self.run, self.world, self.user = cfg, run, world, user
         self.assistant, self.model, self.simulator, self.replay = assistant, model, simulator, replay
         self.upper_cache, self.on_period_end = upper_cache, on_period_end
         self.checker = checker or model
+        # every model whose calls this run books: a separate memory constructor's too
+        self.metered = (model,) if constructor is None or constructor is model else (model, constructor)
 
     def play(self, start: int, progress) -> None:
         user, assistant = self.user, self.assistant
@@ -168,7 +186,7 @@ class UserRun:
         self.sessions: list[dict] = []
         self.answers: list[dict] = []
         self.items: dict[str, dict] = {}
-        self.usage_before = usage_snapshot(self.model)
+        self.usage_before = usage_snapshot(*self.metered)
         self.started = time.perf_counter()
 
     def _finish_period(self, period: int) -> None:
@@ -191,7 +209,7 @@ class UserRun:
             "questions": questions, "probes": [a for a in self.answers if a["kind"] == "probe"],
             "upper_bound": self.upper_cache[key],
             "factual_recall": [f | {"supported": ok} for f, ok in zip(facts, flags, strict=True)],
-            "evolution": evolved, "usage": usage_delta(self.usage_before, usage_snapshot(self.model)),
+            "evolution": evolved, "usage": usage_delta(self.usage_before, usage_snapshot(*self.metered)),
             "wall_s": round(time.perf_counter() - self.started, 3),
         })
 
@@ -210,7 +228,7 @@ def check_identity(run: Path, meta: dict[str, Any]) -> None:
 def run_meta(cfg: RunConfig) -> dict[str, Any]:
     """What ``run.json`` records; the ``IDENTITY`` keys must match for a run folder to be resumed."""
     return {"world": str(cfg.world), "world_digest": world_digest(cfg.world), "assistant": cfg.assistant,
-            "model": cfg.model, "embedder": cfg.embedder, "simulator": cfg.simulator, "replay": cfg.replay,
+            "model": cfg.model, "constructor": cfg.constructor(), "embedder": cfg.embedder, "simulator": cfg.simulator, "replay": cfg.replay,
             "mode": "off-policy" if cfg.replay else "on-policy", "seed": cfg.seed, "evolve": cfg.evolve,
             "assistant_options": cfg.assistant_options(), "config": asdict(cfg)}
 
@@ -227,18 +245,40 @@ def run_users(cfg: RunConfig, world: World) -> list[WorldUser]:
     return list(world)[: cfg.users] if cfg.users else list(world)
 
 
+def load_constructor(cfg: RunConfig, model, threads: int | None = None, cache: dict | None = None):
+    """The model that writes a membuilder run's memory: ``model`` when the constructor spec is the
+    run's model (and for other assistants), else that spec loaded (once per spec in ``cache``)."""
+    spec = cfg.constructor()
+    if spec is None or spec == cfg.model:
+        return model
+    if cache is not None and spec in cache:
+        return cache[spec]
+    loaded = load_chat_model(spec, **({"threads": threads} if threads else {}))
+    if cache is not None:
+        cache[spec] = loaded
+    return loaded
+
+
 def play_users(cfg: RunConfig, world: World, users: list[WorldUser], model, embedder, upper_cache: dict,
-               progress, on_period_end: Callable[[str, int], None] | None = None, checker=None) -> None:
-    """Play the unfinished periods of ``users`` into ``cfg.out`` (already prepared)."""
+               progress, on_period_end: Callable[[str, int], None] | None = None, checker=None,
+               constructor=None) -> None:
+    """Play the unfinished periods of ``users`` into ``cfg.out`` (already prepared). A membuilder
+    run writes memory with ``constructor`` (default: ``load_constructor(cfg, model)``)."""
     run = Path(cfg.out)
-    assistant = make_assistant(cfg.assistant, model, embedder, **cfg.assistant_options())
+    options = cfg.assistant_options()
+    if cfg.assistant == "membuilder":
+        constructor = constructor if constructor is not None else load_constructor(cfg, model)
+        options["write_model"] = constructor
+    else:
+        constructor = None
+    assistant = make_assistant(cfg.assistant, model, embedder, **options)
     replay = recorded_sessions(cfg.replay, world) if cfg.replay else None
     simulator = ReplaySimulator(replay) if replay is not None else make_simulator(cfg.simulator, model, cfg.seed)
     for user in users:
         done = finished_periods(run, user)
         if done < len(user.periods):
             UserRun(cfg, run, world, user, assistant, model, simulator, replay, upper_cache,
-                    on_period_end, checker).play(done, progress)
+                    on_period_end, checker, constructor).play(done, progress)
 
 
 def load_run_models(cfgs: list[RunConfig], threads: int | None = None):
@@ -262,8 +302,10 @@ def finish_run(cfg: RunConfig, world: World, meta: dict[str, Any], wall_s: float
 
 
 def evaluate_one(cfg: RunConfig, world: World, model, embedder, upper_cache: dict,
-                 on_period_end: Callable[[str, int], None] | None = None, checker=None) -> dict[str, Any]:
-    """Play (or resume) one assistant over the world; returns the results (also in results.json)."""
+                 on_period_end: Callable[[str, int], None] | None = None, checker=None,
+                 constructor=None) -> dict[str, Any]:
+    """Play (or resume) one assistant over the world; returns the results (also in results.json).
+    ``constructor``: membuilder's memory-writing model, loaded from ``cfg`` when not given."""
     from tqdm.auto import tqdm
 
     meta = prepare_run(cfg)
@@ -272,5 +314,5 @@ def evaluate_one(cfg: RunConfig, world: World, model, embedder, upper_cache: dic
     with tqdm(total=sum(len(u.periods) for u in users),
               initial=sum(finished_periods(Path(cfg.out), u) for u in users),
               desc=f"{cfg.assistant} ({meta['mode']})", unit="period") as progress:
-        play_users(cfg, world, users, model, embedder, upper_cache, progress, on_period_end, checker)
+        play_users(cfg, world, users, model, embedder, upper_cache, progress, on_period_end, checker, constructor)
     return finish_run(cfg, world, meta, time.perf_counter() - started)

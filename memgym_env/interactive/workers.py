@@ -27,6 +27,7 @@ from memgym_env.interactive.run_files import finished_periods
 from memgym_env.interactive.runner import (
     RunConfig,
     finish_run,
+    load_constructor,
     load_run_models,
     play_users,
     prepare_run,
@@ -40,11 +41,13 @@ class _NoBar:
         pass
 
 
-def _period_event(events, worker: int, assistant: str, model) -> Callable[[str, int], None]:
-    """Each finished period goes to the parent, with this worker's model calls so far."""
+def _period_event(events, worker: int, assistant: str, models: list) -> Callable[[str, int], None]:
+    """Each finished period goes to the parent, with this worker's model calls so far (all its models)."""
     def send(user: str, period: int) -> None:
-        ledger = getattr(model, "ledger", None)
-        calls = int(ledger.total.to_dict().get("calls", 0)) if ledger is not None else 0
+        calls = 0
+        for model in models:
+            ledger = getattr(model, "ledger", None)
+            calls += int(ledger.total.to_dict().get("calls", 0)) if ledger is not None else 0
         events.put(("period", worker, {"assistant": assistant, "user": user, "period": period,
                                        "worker": worker, "calls": calls}))
     return send
@@ -63,10 +66,15 @@ def _worker(worker: int, cfgs: list[dict[str, Any]], user_ids: list[str], thread
         world = read_world(runs[0].world)
         model, embedder, checker = load_run_models(runs, threads)
         upper_cache: dict = {}  # shared by this worker's assistants, as in a serial run
+        constructors: dict = {}  # membuilder's memory-writing models by spec, loaded once
+        models = [model]
         for cfg in runs:
             users = [u for u in run_users(cfg, world) if u.id in user_ids]
+            constructor = load_constructor(cfg, model, threads, constructors)
+            models += [m for m in constructors.values() if m not in models]
             play_users(cfg, world, users, model, embedder, upper_cache, _NoBar(),
-                       _period_event(events, worker, cfg.assistant, model), checker=checker)
+                       _period_event(events, worker, cfg.assistant, models), checker=checker,
+                       constructor=constructor)
         events.put(("done", worker, None))
     except BaseException:  # noqa: BLE001 - the parent reports it; the periods already saved stay
         events.put(("error", worker, traceback.format_exc()))
