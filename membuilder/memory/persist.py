@@ -4,6 +4,12 @@ A bank folder holds ``bank.json`` (Core, entries, segment layout), ``vectors.npy
 one row per entry in insertion order) and, for large segments, ``graph-<i>-<type>.npy`` (the
 serialised HNSW graph as bytes), so a loaded bank searches exactly like the saved one.
 
+``bank.json`` also holds a SHA-256 checksum of every file in the folder (``checksums``): of each
+``.npy`` file's bytes, and of ``bank.json``'s own content (its fields other than ``checksums``,
+serialised canonically). ``load`` checks each one before using the file, so a flipped byte is an
+error naming the damaged file instead of wrong vectors or a wrong memory. Banks saved before
+checksums existed have no ``checksums`` field and load unchecked.
+
 A save writes a complete sibling folder first, then swaps it in with two renames. A crash before
 the swap leaves the old folder untouched; a crash between the two renames leaves the old folder
 under a ``.old`` name, which ``load`` finds and uses. Either way the previous bank survives.
@@ -14,6 +20,8 @@ and ``MemoryBank.load`` call it and assemble the bank.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
 import re
@@ -44,6 +52,18 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def content_checksum(meta: dict) -> str:
+    """The checksum of ``bank.json``'s content: every field but ``checksums``, serialised
+    canonically (sorted keys, no spaces), so it does not depend on how the file was laid out."""
+    content = {k: v for k, v in meta.items() if k != "checksums"}
+    text = json.dumps(content, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return _sha256(text.encode("utf-8"))
 
 
 def save_bank(bank, path: Path) -> Path:
@@ -83,6 +103,11 @@ def save_bank(bank, path: Path) -> Path:
             "segments": layout,
             "entries": [e.to_dict() for e in bank.store.entries()],
         }
+        # Checksums of the files written above and of this file's content, saved with them in the
+        # temporary folder, so they are swapped in together.
+        checksums = {child.name: _sha256(child.read_bytes()) for child in sorted(tmp.iterdir())}
+        checksums["bank.json"] = content_checksum(meta)
+        meta["checksums"] = checksums
         with open(tmp / "bank.json", "w", encoding="utf-8") as f:
             json.dump(meta, f, ensure_ascii=False, indent=1)
         for child in tmp.iterdir():
@@ -132,12 +157,23 @@ class BankParts:
 _GRAPH_NAME = re.compile(r"graph-\d+-[A-Za-z_]+\.npy")
 
 
-def _load_npy(folder: Path, name: str) -> np.ndarray:
+def _load_npy(folder: Path, name: str, checksums: dict | None) -> np.ndarray:
+    """``folder/name`` as an array; with ``checksums`` (from ``bank.json``), its bytes are checked first."""
     path = folder / name
     try:
-        return np.load(path, allow_pickle=False)
+        data = path.read_bytes()
     except FileNotFoundError:
         raise ValueError(f"{path}: missing; the bank is incomplete") from None
+    except OSError as exc:
+        raise ValueError(f"{path}: not readable ({exc})") from None
+    if checksums is not None:
+        expected = checksums.get(name)
+        if expected is None:
+            raise ValueError(f"{path}: bank.json holds no checksum for this file")
+        if _sha256(data) != expected:
+            raise ValueError(f"{path}: damaged: its SHA-256 does not match the checksum saved in bank.json")
+    try:
+        return np.load(io.BytesIO(data), allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
         raise ValueError(f"{path}: not a readable .npy array ({exc})") from None
 
@@ -167,6 +203,14 @@ def read_bank(path: Path, embedder=None, cache: EmbeddingCache | None = None,
         raise ValueError(f"{meta_file}: field 'format' is {meta.get('format')!r}, expected {FORMAT!r}")
     if meta.get("version") != VERSION:
         raise ValueError(f"{meta_file}: field 'version' is {meta.get('version')!r}; this MemGym reads {VERSION}")
+    checksums = meta.get("checksums")  # None: saved before checksums existed
+    if checksums is not None:
+        checksums = _field(meta, "checksums", (dict,), str(meta_file))
+        if not all(isinstance(v, str) for v in checksums.values()):
+            raise ValueError(f"{meta_file}: field 'checksums' must map file names to strings")
+        if checksums.get("bank.json") != content_checksum(meta):
+            raise ValueError(f"{meta_file}: damaged: its content does not match the checksum saved in it "
+                             "(after editing it by hand, remove its 'checksums' field)")
     dim = _field(meta, "dim", (int,), str(meta_file))
     if cache is None:
         cache = EmbeddingCache(embedder, dim=dim)
@@ -183,8 +227,8 @@ def read_bank(path: Path, embedder=None, cache: EmbeddingCache | None = None,
     if len(set(ids)) != len(ids):
         repeated = next(x for x in ids if ids.count(x) > 1)
         raise ValueError(f"{meta_file}: field 'entries' repeats the id {repeated!r}")
-    vectors = _load_npy(folder, "vectors.npy")
-    seqs = _load_npy(folder, "seqs.npy")
+    vectors = _load_npy(folder, "vectors.npy", checksums)
+    seqs = _load_npy(folder, "seqs.npy", checksums)
     if vectors.shape != (len(entries), dim) or seqs.shape != (len(entries),):
         raise ValueError(
             f"{folder}: vectors.npy {vectors.shape} / seqs.npy {seqs.shape} do not match {len(entries)} entries of dim {dim}"
@@ -233,7 +277,7 @@ def read_bank(path: Path, embedder=None, cache: EmbeddingCache | None = None,
     chain, start = [], 0
     for seg_meta in segments:
         end = start + seg_meta["size"]
-        graphs = {t: _load_npy(folder, name) for t, name in seg_meta.get("graphs", {}).items() if t in MEMORY_TYPES}
+        graphs = {t: _load_npy(folder, name, checksums) for t, name in seg_meta.get("graphs", {}).items() if t in MEMORY_TYPES}
         chain.append(Segment(entries[start:end], vectors[start:end], seqs[start:end], graphs))
         start = end
     next_seq = _field(meta, "next_seq", (int,), str(meta_file), len(entries))
