@@ -16,6 +16,7 @@ import pytest
 from memgym_env.benchmarks import BadRecordError, Problems
 from memgym_env.benchmarks.locomo import read_locomo
 from memgym_env.benchmarks.longmemeval import read_longmemeval
+from memgym_env.benchmarks.perltqa import read_perltqa
 from memgym_env.safe_json import DepthScanner, JSONLimitError, check_depth, load_json_file
 from memgym_env.world.data_json import read_world
 from memgym_env.world.types import WorldError
@@ -136,3 +137,83 @@ def test_wrongly_typed_longmemeval_fields_are_named_and_skippable(tmp_path, mess
     problems = Problems(skip_bad=True)
     assert [c.id for c in read_longmemeval(path, problems)] == [records[1]["question_id"]]
     assert problems.count == 1
+
+
+def _perltqa_character(name: str) -> tuple[dict, dict]:
+    """A small hand-made PerLTQA character: its memories and its questions, one of each kind."""
+    memories = {
+        "profile": {"Name": name, "Age": 30, "Occupation": "nurse"},
+        "profile_description": f"{name} is a nurse in Leeds.",
+        "social_relationship": {"0": {"Supporting Characters": "Bob", "Relationship": "friend",
+                                      "Description": f"Bob is {name}'s oldest friend."}},
+        "events": {"1_0": {"content": f"{name} moved to Leeds.", "summary": "A move", "Characters": [name, "Bob"],
+                           "Creation Time": "May 12, 2022", "Theme": "home"}},
+        "dialogues": {"1_0_0": {"events": "1_0", "contents": {"2022-05-12 10:00": [f"{name}: I moved.", "Bob: Great!"]}}},
+    }
+
+    def qa(question, answer, ref):
+        return {"Question": question, "Answer": answer, "Reference Memory": ref, "Memory Anchors": [{answer: [0, 2]}]}
+
+    questions = {
+        "profile": [qa(f"How old is {name}?", "30", "Age")],
+        "social_relationship": [{"0": [qa(f"Who is {name}'s friend?", "Bob", "['0']")]}],
+        "events": [{"1_0": [qa(f"Where did {name} move?", "Leeds", "['1_0']")]}],
+        "dialogues": [{"1_0_0": [qa("Who said great?", "Bob", "['1_0_0']")]}],
+    }
+    return memories, questions
+
+
+# message after the character's name: (the file the fault is in, the fault (changes the character's
+# part in place, or returns what replaces it), whether the character survives --skip-bad)
+PERLTQA_FAULTS = {
+    "profile: field 'Age' must be text or a number, got list": ("mem", lambda m: m["profile"].update(Age=[30]), True),
+    "field 'profile_description' must be text, got int": ("mem", lambda m: m.update(profile_description=5), True),
+    "field 'social_relationship' must be an object keyed by id, got list":
+        ("mem", lambda m: m.update(social_relationship=[{"Description": "x"}]), True),
+    "field 'events' must be an object keyed by id, got str": ("mem", lambda m: m.update(events="1_0"), True),
+    "social_relationship 0: field 'Relationship' must be text, got list":
+        ("mem", lambda m: m["social_relationship"]["0"].update(Relationship=["friend"]), True),
+    "event 1_0: field 'summary' must be text, got dict": ("mem", lambda m: m["events"]["1_0"].update(summary={}), True),
+    "event 1_0: field 'Creation Time' must be text, got int":
+        ("mem", lambda m: m["events"]["1_0"].update({"Creation Time": 2022}), True),
+    "event 1_0: field 'Characters' must be a list of text, got str":
+        ("mem", lambda m: m["events"]["1_0"].update(Characters="Bob"), True),
+    "dialogue 1_0_0: field 'events' must be an event id, got list":
+        ("mem", lambda m: m["dialogues"]["1_0_0"].update(events=["1_0"]), True),
+    "expected an object of memories, got list": ("mem", lambda m: [m], False),
+    "events 1_0, qa[0]: field 'Answer' must be text, got int": ("qa", lambda q: q["events"][0]["1_0"][0].update(Answer=5), True),
+    "dialogues 1_0_0, qa[0]: field 'Memory Anchors' must be a list of objects, got int":
+        ("qa", lambda q: q["dialogues"][0]["1_0_0"][0].update({"Memory Anchors": 7}), True),
+    "events 1_0: expected a list of questions, got str": ("qa", lambda q: q["events"][0].update({"1_0": "none"}), True),
+}
+
+
+@pytest.mark.parametrize("message", list(PERLTQA_FAULTS))
+def test_wrongly_typed_perltqa_fields_are_named_and_skippable(tmp_path, message):
+    where, change, survives = PERLTQA_FAULTS[message]
+    (ann_mem, ann_qa), (cy_mem, cy_qa) = _perltqa_character("Ann"), _perltqa_character("Cy")
+    if where == "mem":
+        ann_mem = change(ann_mem) or ann_mem
+    else:
+        ann_qa = change(ann_qa) or ann_qa
+    mem_path, qa_path = tmp_path / "perltmem_en_v2.json", tmp_path / "perltqa_en_v2.json"
+    mem_path.write_text(json.dumps({"Ann": ann_mem, "Cy": cy_mem}))
+    qa_path.write_text(json.dumps([{"Ann": ann_qa, "Cy": cy_qa}]))
+    named = f"PerLTQA {'memory' if where == 'mem' else 'QA'} file {mem_path if where == 'mem' else qa_path}, character Ann"
+    with pytest.raises(BadRecordError, match=re.escape(named) + ".*" + re.escape(message)):
+        read_perltqa(mem_path, qa_path)
+    problems = Problems(skip_bad=True)
+    conversations = read_perltqa(mem_path, qa_path, problems)
+    assert problems.count == 1 and message in problems.messages[0]
+    assert [c.id for c in conversations] == (["Ann", "Cy"] if survives else ["Cy"])
+    assert len(conversations[-1].qa) == 4  # Cy, untouched, keeps every question
+
+
+def test_the_hand_made_perltqa_files_read_cleanly(tmp_path):
+    (ann_mem, ann_qa) = _perltqa_character("Ann")
+    mem_path, qa_path = tmp_path / "perltmem_en_v2.json", tmp_path / "perltqa_en_v2.json"
+    mem_path.write_text(json.dumps({"Ann": ann_mem}))
+    qa_path.write_text(json.dumps([{"Ann": ann_qa}]))
+    [conv] = read_perltqa(mem_path)
+    assert [s.id for s in conv.sessions] == ["profile", "relationships", "event:1_0", "dialogue:1_0_0"]
+    assert [q.session for q in conv.qa] == ["profile", "relationships", "event:1_0", "dialogue:1_0_0"]

@@ -116,3 +116,16 @@ def as_text(value: Any) -> str | None:
     if isinstance(value, str):
         return value
     raise TypeError(f"expected text or a number, got {type(value).__name__}")
+
+
+def field_fault(record: dict, fields: tuple[str, ...], kinds: tuple[type, ...] = (str, type(None)),
+                wanted: str = "text") -> str | None:
+    """``"field 'F' must be <wanted>, got <type>"`` for the first of ``fields`` whose value in
+    ``record`` (None when absent) is not one of ``kinds``, else None. ``True``/``False`` count as
+    numbers only when ``bool`` is among ``kinds``. Readers pass the message to ``Problems.bad``
+    after the record's name, so each fault names file, record and field."""
+    for name in fields:
+        value = record.get(name)
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            return f"field '{name}' must be {wanted}, got {type(value).__name__}"
+    return None

@@ -23,7 +23,7 @@ from typing import Any
 
 from memgym_env.conversation import Conversation, Message, QAItem, Session
 
-from .loading import Problems, as_text, read_json
+from .loading import Problems, as_text, field_fault, read_json
 
 # The category numbers as they are in the file. Some harnesses swap 1 and 3; reports print this.
 LOCOMO_CATEGORIES: dict[int, str] = {
@@ -57,9 +57,9 @@ def _read_sessions(sample_id: str, conv: dict[str, Any], where: str, problems: P
     speakers = {conv.get("speaker_a"): "user", conv.get("speaker_b"): "assistant"}
     sessions = []
     for _, key, turns in numbered:
-        if not isinstance(conv.get(f"{key}_date_time"), (str, type(None))):
-            problems.bad(f"{where}: field '{key}_date_time' must be text, "
-                         f"got {type(conv[f'{key}_date_time']).__name__}")
+        fault = field_fault(conv, (f"{key}_date_time",))
+        if fault:
+            problems.bad(f"{where}: {fault}")
             continue
         messages = []
         for j, turn in enumerate(turns):
@@ -73,9 +73,9 @@ def _read_sessions(sample_id: str, conv: dict[str, Any], where: str, problems: P
             if missing:
                 problems.bad(f"{here}: no '{missing[0]}'")
                 continue
-            wrong = [f for f in ("text", "blip_caption") if not isinstance(turn.get(f), (str, type(None)))]
-            if wrong:
-                problems.bad(f"{here}: field '{wrong[0]}' must be text, got {type(turn[wrong[0]]).__name__}")
+            fault = field_fault(turn, ("text", "blip_caption"))
+            if fault:
+                problems.bad(f"{here}: {fault}")
                 continue
             meta = {"id": turn["dia_id"]}
             for extra in ("img_url", "blip_caption", "query"):
@@ -180,9 +180,9 @@ def read_locomo(path: str | Path, problems: Problems | None = None) -> list[Conv
             problems.bad(f"{where}: no 'qa' list")
             continue
         conv = sample["conversation"]
-        wrong = [f for f in ("speaker_a", "speaker_b") if not isinstance(conv.get(f), (str, type(None)))]
-        if wrong:
-            problems.bad(f"{where}: field '{wrong[0]}' must be text, got {type(conv[wrong[0]]).__name__}")
+        fault = field_fault(conv, ("speaker_a", "speaker_b"))
+        if fault:
+            problems.bad(f"{where}: {fault}")
             continue
         sessions = _read_sessions(sample_id, conv, where, problems)
         turn_session = {m.meta["id"]: s.id for s in sessions for m in s.messages}

@@ -22,7 +22,7 @@ from typing import Any
 
 from memgym_env.conversation import Conversation, Message, QAItem, Session
 
-from .loading import Problems, as_text, iter_json_list
+from .loading import Problems, as_text, field_fault, iter_json_list
 
 LONGMEMEVAL_TYPES: tuple[str, ...] = (
     "single-session-user",
@@ -82,8 +82,9 @@ def _read_one(rec: Any, k: int, path: str | Path, variant: str, problems: Proble
     if not isinstance(answer_ids, list) or not all(_is_id_or_date(x, "id") for x in answer_ids):
         problems.bad(f"{where}: field 'answer_session_ids' must be a list of session ids, got {answer_ids!r:.60}")
         return None
-    if not isinstance(rec.get("question_date"), (str, type(None))):
-        problems.bad(f"{where}: field 'question_date' must be text, got {type(rec['question_date']).__name__}")
+    fault = field_fault(rec, ("question_date",))
+    if fault:
+        problems.bad(f"{where}: {fault}")
         return None
     if not len(sessions_raw) == len(ids) == len(dates):
         problems.bad(f"{where}: 'haystack_sessions', 'haystack_session_ids' and 'haystack_dates' differ in length "

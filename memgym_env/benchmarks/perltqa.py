@@ -14,6 +14,11 @@ Every message carries the memory id it came from in ``meta['id']`` (a profile fi
 is parsed with ``ast.literal_eval`` (never ``eval``). ``Memory Anchors`` phrases are
 HTML-unescaped into ``meta['anchors']``; their offsets do not match the English text and are
 kept only for reference.
+
+Every field the reader uses is type-checked: a wrongly typed one is one ``BadRecordError``
+naming file, character, record (profile field, relationship, event, dialogue or question) and
+field, and with ``skip_bad`` that record is skipped (a character whose memories are not an
+object is skipped whole).
 """
 
 from __future__ import annotations
@@ -26,9 +31,11 @@ from typing import Any
 
 from memgym_env.conversation import Conversation, Message, QAItem, Session
 
-from .loading import Problems, read_json
+from .loading import Problems, field_fault, read_json
 
 QA_PARTS = ("profile", "social_relationship", "events", "dialogues")
+_TEXT_OR_NUMBER = (str, int, float, type(None))
+_OBJECT = (dict, type(None))
 _TIME_FORMATS = ("%Y-%m-%d %H:%M", "%Y-%m-%d", "%B %d, %Y", "%b %d, %Y", "%B %Y", "%Y")
 
 
@@ -74,23 +81,46 @@ def _memory_sessions(name: str, mem: dict[str, Any], where: str, problems: Probl
     if not isinstance(profile, dict):
         problems.bad(f"{where}: no 'profile' object")
         profile = {}
-    head = [Message(role="user", speaker=name, content=f"{k}: {v}", meta={"id": k}) for k, v in profile.items()]
-    if isinstance(mem.get("profile_description"), str):
+    head = []
+    for k, v in profile.items():
+        fault = field_fault(profile, (k,), _TEXT_OR_NUMBER, "text or a number")
+        if fault:
+            problems.bad(f"{where}, profile: {fault}")
+            continue
+        head.append(Message(role="user", speaker=name, content=f"{k}: {v}", meta={"id": k}))
+    fault = field_fault(mem, ("profile_description",))
+    if fault:
+        problems.bad(f"{where}: {fault}")
+    elif mem.get("profile_description") is not None:
         head.append(Message(role="user", speaker=name, content=mem["profile_description"], meta={"id": "profile_description"}))
+    parts = {}
+    for part in ("social_relationship", "dialogues", "events"):
+        fault = field_fault(mem, (part,), _OBJECT, "an object keyed by id")
+        if fault:
+            problems.bad(f"{where}: {fault}")
+        parts[part] = {} if fault else mem.get(part) or {}
     rels = []
-    for rid, r in (mem.get("social_relationship") or {}).items():
+    for rid, r in parts["social_relationship"].items():
         if not isinstance(r, dict) or not isinstance(r.get("Description"), str):
             problems.bad(f"{where}, social_relationship {rid}: no 'Description'")
+            continue
+        fault = field_fault(r, ("Supporting Characters", "Relationship"))
+        if fault:
+            problems.bad(f"{where}, social_relationship {rid}: {fault}")
             continue
         who = r.get("Supporting Characters", "?")
         rels.append(Message(role="user", speaker=name, content=f"{who} ({r.get('Relationship', '?')}): {r['Description']}",
                             meta={"id": rid, "character": who}))
     dated: list[tuple[datetime | None, int, Session]] = []
     dialogue_time: dict[str, datetime] = {}
-    for did, d in (mem.get("dialogues") or {}).items():
+    for did, d in parts["dialogues"].items():
         contents = d.get("contents") if isinstance(d, dict) else None
         if not isinstance(contents, dict) or not contents:
             problems.bad(f"{where}, dialogue {did}: no 'contents' object")
+            continue
+        fault = field_fault(d, ("events",), (str, int, type(None)), "an event id")
+        if fault:
+            problems.bad(f"{where}, dialogue {did}: {fault}")
             continue
         for part, (stamp, lines) in enumerate(contents.items()):
             if not isinstance(lines, list) or not all(isinstance(x, str) for x in lines):
@@ -106,9 +136,17 @@ def _memory_sessions(name: str, mem: dict[str, Any], where: str, problems: Probl
                 dialogue_time.setdefault(str(d["events"]), when)
             sid = f"dialogue:{did}" + (f"/{part}" if len(contents) > 1 else "")
             dated.append((when, 1, Session(id=sid, time=stamp, messages=messages, meta={"kind": "dialogue", "event": d.get("events")})))
-    for eid, e in (mem.get("events") or {}).items():
+    for eid, e in parts["events"].items():
         if not isinstance(e, dict) or not isinstance(e.get("content"), str):
             problems.bad(f"{where}, event {eid}: no 'content'")
+            continue
+        fault = field_fault(e, ("summary", "Creation Time", "Theme"))
+        characters = e.get("Characters")
+        if not fault and not (characters is None or isinstance(characters, list)
+                              and all(isinstance(c, str) for c in characters)):
+            fault = f"field 'Characters' must be a list of text, got {type(characters).__name__}"
+        if fault:
+            problems.bad(f"{where}, event {eid}: {fault}")
             continue
         stamp = e.get("Creation Time")
         when = parse_time(stamp) or dialogue_time.get(eid)
@@ -138,14 +176,25 @@ def _qa_items(name: str, entry: dict[str, Any], where: str, mem_session: dict[st
                 problems.bad(f"{where}, {part}[{g}]: not an object")
                 continue
             for mem_id, qas in group.items():
-                for i, q in enumerate(qas if isinstance(qas, list) else [None]):
+                if not isinstance(qas, list):
+                    problems.bad(f"{where}, {part} {mem_id}: expected a list of questions, got {type(qas).__name__}")
+                    continue
+                for i, q in enumerate(qas):
                     here = f"{where}, {part} {mem_id}, qa[{i}]"
                     if not isinstance(q, dict):
                         problems.bad(f"{here}: not an object")
                         continue
-                    missing = [f for f in ("Question", "Answer") if not isinstance(q.get(f), str)]
+                    missing = [f for f in ("Question", "Answer") if q.get(f) is None]
                     if missing:
                         problems.bad(f"{here}: no '{missing[0]}'")
+                        continue
+                    anchors_raw = q.get("Memory Anchors")
+                    fault = field_fault(q, ("Question", "Answer"))
+                    if not fault and not (anchors_raw is None or isinstance(anchors_raw, list)
+                                          and all(isinstance(a, dict) for a in anchors_raw)):
+                        fault = f"field 'Memory Anchors' must be a list of objects, got {type(anchors_raw).__name__}"
+                    if fault:
+                        problems.bad(f"{here}: {fault}")
                         continue
                     try:
                         refs = parse_reference(q.get("Reference Memory"))
@@ -153,11 +202,10 @@ def _qa_items(name: str, entry: dict[str, Any], where: str, mem_session: dict[st
                         problems.bad(f"{here}: field 'Reference Memory': {exc}")
                         continue
                     anchors, spans = [], []
-                    for a in q.get("Memory Anchors") or []:
-                        if isinstance(a, dict):
-                            for phrase, span in a.items():
-                                anchors.append(html.unescape(phrase))
-                                spans.append(span)
+                    for a in anchors_raw or []:
+                        for phrase, span in a.items():
+                            anchors.append(html.unescape(phrase))
+                            spans.append(span)
                     found = [mem_session[r] for r in refs if r in mem_session]
                     items.append(QAItem(
                         id=f"{name}/{part}/{mem_id}/{i}", question=q["Question"], answer=q["Answer"], category=part,
@@ -202,7 +250,11 @@ def read_perltqa(memory_path: str | Path, qa_path: str | Path | None = None,
             if not isinstance(entry, dict):
                 problems.bad(f"{where}: not an object")
                 continue
-            sessions = _memory_sessions(name, memories[name], f"PerLTQA memory file {memory_path}, character {name}", problems)
+            mem_where = f"PerLTQA memory file {memory_path}, character {name}"
+            if not isinstance(memories[name], dict):
+                problems.bad(f"{mem_where}: expected an object of memories, got {type(memories[name]).__name__}")
+                continue
+            sessions = _memory_sessions(name, memories[name], mem_where, problems)
             mem_session = {}
             for s in sessions:
                 for m in s.messages:
