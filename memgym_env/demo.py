@@ -35,23 +35,23 @@ class DemoSizes:
     periods: int = field(metadata={"help": "periods per user (period 0 plus updates)"})
     questions: int = field(metadata={"help": "questions per user in the world"})
     rollout_sessions: int = field(metadata={"help": "MemoryGym-v0 sessions per policy (first user)"})
-    policy_sessions: int = field(metadata={"help": "of those, sessions written by the SmolLM2 MemBuilder policy"})
+    policy_sessions: int = field(metadata={"help": "of those, sessions written by the SmolLM2 MemBuilder policy (trained and untrained each)"})
     policy_tokens: int = field(metadata={"help": "longest output of one MemBuilder agent in MemoryGym-v0"})
     eval_users: int = field(metadata={"help": "users played through the interactive evaluation"})
     on_policy: bool = field(metadata={"help": "assistants converse with the simulated user (else: replay the world's sessions)"})
     changes_per_period: int = 1  # state changes per update period: fewer changes, fewer sessions
-    # The untrained MemBuilder constructor always runs beside the trained one in MemoryGym-v0; a
-    # second interactive MemBuilder run for it is in --full only (on 2 CPU cores it adds minutes).
-    compare_interactive: bool = False
+    compare_interactive: bool = False  # play the untrained MemBuilder constructor interactively too (else MemoryGym-v0 only)
     reply_tokens: int = 16
     write_tokens: int = 32
     top_k: int = 5
 
 
 # Measured on 2 CPU cores (see README): QUICK about 90 s, DEFAULT about 6 minutes (2 workers); goals 2 and 10.
+# DEFAULT's MemoryGym-v0 MemBuilder rows write one session at 160 tokens per agent (the trained
+# policy's completion length in training; shorter outputs cut every JSON answer), about 25 s each.
 QUICK = DemoSizes(users=1, periods=2, questions=1, rollout_sessions=3, policy_sessions=1, policy_tokens=16,
                   eval_users=1, on_policy=False, write_tokens=16, top_k=3)
-DEFAULT = DemoSizes(users=3, periods=4, questions=2, rollout_sessions=6, policy_sessions=2, policy_tokens=32,
+DEFAULT = DemoSizes(users=3, periods=4, questions=2, rollout_sessions=6, policy_sessions=1, policy_tokens=160,
                     eval_users=2, on_policy=True, write_tokens=24)
 FULL = DemoSizes(users=3, periods=4, questions=4, rollout_sessions=16, policy_sessions=16, policy_tokens=256,
                  eval_users=3, on_policy=True, changes_per_period=4, reply_tokens=48, write_tokens=128, top_k=10,

@@ -124,7 +124,8 @@ def write_report(out: Path, meta: dict[str, Any], rollouts: dict[str, Any], resu
             "## MemBuilder's memory constructor: untrained vs trained", "",
             f"The same world, sessions and answerer (`{meta['model']}`); only the model writing MemBuilder's memory "
             f"differs: `{meta['untrained_constructor']}` as released and `{meta['constructor']}`, the trained policy "
-            "shipped in the package. MemoryGym-v0 columns count sessions of the first user; "
+            f"shipped in the package. MemoryGym-v0 columns count sessions of the first user (each agent writes "
+            f"at most {meta['sizes']['policy_tokens']} tokens); "
             + ("interactive cells are user-periods, each scored on that period's questions." if interactive else
                "the interactive evaluation below plays MemBuilder with the trained constructor only (a second run "
                "for the untrained one is part of `--full`; `memgym evaluate --assistant membuilder "

@@ -103,6 +103,7 @@ def test_a_new_adapter_builds_a_new_merge_and_the_same_one_is_reused(base, tmp_p
     write_adapter(base, first, seed=2)  # the same folder, new weights: as when a retrained adapter ships
     again = trained_policy_checkpoint(adapter=first, root=tmp_path / "cache", base=base)
     assert again != merged and again.parent == merged.parent
+    assert not merged.exists()  # the merge of the adapter's earlier version is gone (about 540 MB)
     assert_merged_is_base_plus_delta(again, base, first)
 
 

@@ -186,8 +186,8 @@ def trained_policy_checkpoint(name: str = "smollm2-135m-memgym", adapter: Path |
 
     ``adapter`` defaults to the packaged ``membuilder/policies/<name>/`` and ``base`` to the
     converted SmolLM2 checkpoint. The merge lives in ``root`` (default: beside the base, in the
-    models cache) as ``<name>-<digest of the adapter>``, so every backend loads it by path; a
-    merge of an older adapter stays there until the cache is cleared.
+    models cache) as ``<name>-<digest of the adapter>``, so every backend loads it by path; the
+    merges of earlier versions of the same adapter folder are deleted (about 540 MB each).
     """
     adapter = Path(adapter) if adapter is not None else policy_dir(name)
     missing = [f for f in ADAPTER_FILES if not (adapter / f).is_file()]
@@ -199,5 +199,16 @@ def trained_policy_checkpoint(name: str = "smollm2-135m-memgym", adapter: Path |
     digest = adapter_digest(adapter)
     base = Path(base) if base is not None else smollm2_checkpoint()
     source = {"base": str(base), "adapter": str(adapter), "adapter_sha256_16": digest}
-    return ensure_checkpoint(f"{name}-{digest}", lambda out: merge_adapter(base, adapter, out),
-                             root=root if root is not None else base.parent, source=source)
+    merged = ensure_checkpoint(f"{name}-{digest}", lambda out: merge_adapter(base, adapter, out),
+                               root=root if root is not None else base.parent, source=source)
+    for old in merged.parent.glob(f"{name}-" + "[0-9a-f]" * 16):
+        if old != merged and is_complete(old) and _marker_source(old).get("adapter") == str(adapter):
+            shutil.rmtree(old, ignore_errors=True)
+    return merged
+
+
+def _marker_source(folder: Path) -> dict:
+    try:
+        return dict(json.loads((folder / MARKER).read_text()).get("source") or {})
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
