@@ -1,4 +1,5 @@
-"""The training ladder end to end on a tiny random model: every stage, both seeds, held-out users, resume."""
+"""The training ladder end to end on a tiny random model: every stage, held-out users, intervals,
+curves, the interactive memory score, the exported adapter, and resume."""
 
 from __future__ import annotations
 
@@ -23,15 +24,17 @@ def tiny_path(tmp_path_factory):
 
 def _argv(tiny_path, tmp_path):
     return ["--config", "configs/train/ladder_smollm2_cpu.yaml", "--model_name_or_path", tiny_path,
-            "--choice_answerer", tiny_path,
-            "--env_overrides", '{"world_config": "configs/env/base.yaml", "world_overrides": {"num_users": 4}}',
+            "--env_overrides", '{"world_overrides": {"num_users": 4, "num_periods": 1}}',
             "--train_users", "0-1", "--held_out_users", "3",
-            "--train_sessions_per_user", "1", "--eval_sessions_per_user", "2", "--seeds", "0", "1",
-            "--sft_epochs", "1", "--rl_steps", "1", "--rl_generations", "2", "--eval_max_new_tokens", "16",
+            "--sft_sessions_per_user", "1", "--rl_sessions_per_user", "1", "--eval_sessions_per_user", "3",
+            "--seeds", "0", "1", "--rl_steps", "2", "--rl_generations", "2", "--curve_every", "1",
+            "--curve_sessions", "2", "--eval_max_new_tokens", "8",
+            "--memory_score_world", '{"num_users": 1, "num_periods": 0, "seed": 7}',
+            "--adapter_out", str(tmp_path / "shipped"),
             "--work_dir", str(tmp_path / "work"), "--results_dir", str(tmp_path / "results")]
 
 
-def test_ladder_writes_every_stage_for_every_seed_and_resumes(tiny_path, tmp_path, monkeypatch):
+def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, tmp_path, monkeypatch):
     from memgym_env.world import generate_world, load_config
     from train import ladder
 
@@ -39,26 +42,65 @@ def test_ladder_writes_every_stage_for_every_seed_and_resumes(tiny_path, tmp_pat
     rows = ladder.main(_argv(tiny_path, tmp_path))
     saved = json.loads((tmp_path / "results" / "ladder.json").read_text())
     assert saved == json.loads(json.dumps(rows))
-    assert sorted((r["stage"], r["seed"]) for r in saved) == sorted(
-        (s, seed) for s in ("base", "sft", "grpo", "adrpo") for seed in (0, 1))
-    world = generate_world(load_config("configs/env/base.yaml", overrides={"num_users": 4}))
+    assert [(r["stage"], r["seed"]) for r in saved] == [
+        ("base", 0), ("sft", 0), ("adrpo", 0), ("grpo", 0), ("adrpo", 1), ("grpo", 1)]
+    world = generate_world(load_config("configs/env/base.yaml", overrides={"num_users": 4, "num_periods": 1,
+                                                                           "rounds_update": 1}))
     held_out = {world[3].id}
     for r in saved:
-        assert set(r["valid_rate"]) == set(AGENTS)
-        assert all(0.0 <= v <= 1.0 for v in r["valid_rate"].values())
-        assert 0.0 <= r["reward_evidence"] <= 1.0 and 0.0 <= r["reward_choice"] <= 1.0
-        assert set(r["held_out_users"]) == held_out and r["held_out_sessions"] == 2
-    # the base row is evaluated once (greedy decoding does not depend on the training seed)
-    base = [r for r in saved if r["stage"] == "base"]
-    assert base[0]["valid_rate"] == base[1]["valid_rate"]
-    assert (tmp_path / "results" / "ladder.png").stat().st_size > 10_000
-    assert "| adrpo |" in (tmp_path / "results" / "ladder.md").read_text()
-    # SFT never saw the held-out user's sessions
-    sft_rows = [json.loads(x) for x in (tmp_path / "work" / "seed0" / "sft" / "sft_rows.jsonl").read_text().splitlines()]
+        assert set(r["valid_rate"]) == set(AGENTS) and set(r["cut_rate"]) == set(AGENTS)
+        assert set(r["held_out_users"]) == held_out and r["held_out_sessions"] == 3
+        lo, hi = r["reward_evidence_ci"]
+        assert 0.0 <= lo <= r["reward_evidence"] <= hi <= 1.0
+        assert r["reward_choice"] is None
+    # the interactive memory score ran the MemBuilder assistant once per stage (a random tiny model's
+    # score is mostly undefined: its upper bound is no better than chance)
+    for label in ("base", "sft", "adrpo seed 0", "grpo seed 1"):
+        results = json.loads((tmp_path / "work" / "interactive" / label / "results.json").read_text())
+        assert results["assistant"] == "membuilder" and len(results["users"]) == 1
+    for r in saved:
+        if r["stage"] in ("grpo", "adrpo"):
+            # train reward at each of the 2 steps; held-out reward at 0 (SFT), 1 (callback) and 2 (final eval)
+            assert [p["step"] for p in r["curve"]] == [0, 1, 2]
+            assert [p["train_reward"] is not None for p in r["curve"]] == [False, True, True]
+            assert all(p["held_out_reward"] is not None for p in r["curve"])
+    # the tiny model cannot write JSON: it runs every output to the token limit
+    assert saved[0]["cut_rate"] == {a: 1.0 for a in AGENTS}
+    for name in ("ladder.png", "ladder_curves.png"):
+        assert (tmp_path / "results" / name).stat().st_size > 10_000
+    md = (tmp_path / "results" / "ladder.md").read_text()
+    assert "| adrpo | 1 |" in md and "SFT above base" in md
+    # SFT never saw the held-out user's sessions; RL continued the SFT adapter
+    sft_rows = [json.loads(x) for x in (tmp_path / "work" / "sft" / "sft_rows.jsonl").read_text().splitlines()]
     assert sft_rows and {r["session_key"].split("/")[0] for r in sft_rows} == {world[0].id, world[1].id}
+    from safetensors.torch import load_file
+
+    sft_w = load_file(tmp_path / "work" / "sft" / "policy" / "adapter" / "adapter_model.safetensors")
+    rl_w = load_file(tmp_path / "work" / "seed0" / "adrpo" / "policy" / "adapter" / "adapter_model.safetensors")
+    assert sft_w.keys() == rl_w.keys()
+    # the shipped adapter: the first seed's ADRPO adapter in bfloat16, with its card
+    import torch
+
+    shipped = load_file(tmp_path / "shipped" / "adapter_model.safetensors")
+    assert shipped.keys() == rl_w.keys() and all(v.dtype == torch.bfloat16 for v in shipped.values())
+    assert all(torch.equal(shipped[k], rl_w[k].to(torch.bfloat16)) for k in rl_w)
+    card = json.loads((tmp_path / "shipped" / "card.json").read_text())
+    assert card["stage"] == "adrpo"
+    assert card["held_out"]["reward_evidence"] == saved[2]["reward_evidence"] and "ladder.py" in card["command"]
 
     # a rerun resumes: no stage is trained or evaluated again
-    done = [tmp_path / "work" / "seed1" / "adrpo" / "policy" / "merged", *(tmp_path / "work" / "eval").glob("*.json")]
+    done = [tmp_path / "work" / "seed1" / "grpo" / "policy" / "merged", *(tmp_path / "work" / "eval").glob("*.json")]
     stamps = [p.stat().st_mtime_ns for p in done]
     again = ladder.main(_argv(tiny_path, tmp_path))
     assert again == rows and [p.stat().st_mtime_ns for p in done] == stamps
+
+
+def test_bootstrap_interval_is_deterministic_and_covers_the_mean():
+    from train.bootstrap import bootstrap_ci, separated
+
+    xs = [0.0] * 30 + [1.0] * 18
+    ci = bootstrap_ci(xs)
+    assert ci == bootstrap_ci(xs) and ci[0] < 18 / 48 < ci[1]
+    assert 0.2 < ci[0] and ci[1] < 0.55  # about +-0.14 for 48 Bernoulli(0.375) sessions
+    assert bootstrap_ci([None, float("nan")]) is None and bootstrap_ci([0.5]) == [0.5, 0.5]
+    assert separated([0.1, 0.2], [0.25, 0.3]) and not separated([0.1, 0.3], [0.25, 0.4])

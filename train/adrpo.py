@@ -91,7 +91,7 @@ def build(argv=None):
     print(f"ADRPO rows: {len(train_rows)} ({len(train_rows) // 4} sessions x 4 agents), "
           f"alpha={script.construction_config().alpha}, G={args.num_generations}")
     trainer = ADRPOTrainer(model=model, args=args, scorer=scorer, train_dataset=train_rows, eval_dataset=eval_rows,
-                           processing_class=tokenizer, peft_config=peft_from(model_args))
+                           processing_class=tokenizer, peft_config=peft_from(model_args, model))
     add_benchmark_eval(trainer, script)
     return trainer, script, tokenizer
 

@@ -179,16 +179,30 @@ def load_policy(model_name_or_path: str, dtype: str | None = None, frozen_base: 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = resolve_chat_path(model_name_or_path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=policy_dtype(dtype, frozen_base))
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    adapter = Path(path) / "adapter_config.json"
+    if adapter.is_file():
+        # A LoRA adapter folder (save_policy's adapter/): its base with the adapter on top, still
+        # trainable, so a later stage (ADRPO after SFT) keeps training the one adapter.
+        import json
+
+        from peft import PeftModel
+
+        base = resolve_chat_path(json.loads(adapter.read_text(encoding="utf-8"))["base_model_name_or_path"])
+        model = AutoModelForCausalLM.from_pretrained(base, dtype=policy_dtype(dtype, True))
+        model = PeftModel.from_pretrained(model, path, is_trainable=True)
+        tokenizer = AutoTokenizer.from_pretrained(path if (Path(path) / "tokenizer_config.json").is_file() else base)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=policy_dtype(dtype, frozen_base))
+        tokenizer = AutoTokenizer.from_pretrained(path)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer, path
 
 
-def peft_from(model_args):
-    if not model_args.use_peft:
+def peft_from(model_args, model=None):
+    """The LoRA config of a run, or None: no PEFT, or ``model`` already carries its trainable adapter."""
+    if not model_args.use_peft or hasattr(model, "peft_config"):
         return None
     return lora_config(r=model_args.lora_r, alpha=model_args.lora_alpha, dropout=model_args.lora_dropout,
                        target_modules=model_args.lora_target_modules or "all-linear")

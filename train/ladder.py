@@ -2,24 +2,32 @@
 
     make ladder                     # = python train/ladder.py --config configs/train/ladder_smollm2_cpu.yaml
 
-For each seed, SFT on the world oracle's trajectories of the training users, then ADRPO and
-plain GRPO from the SFT policy on the same users' sessions. Every stage is evaluated on
-held-out users of the same world (never in SFT or RL data): greedy outputs for the four
-agents of each session, the JSON validity rate per agent, and the mean session reward of
-MemoryGym-v0 in ``evidence`` and ``choice`` answer modes.
+SFT on the world oracle's trajectories of the training users (once, ``sft_seed``), then for each
+seed ADRPO and plain GRPO, both continuing the SFT LoRA adapter on the training users' sessions.
+Every stage is evaluated on held-out users of the same world (never in SFT or RL data), greedy:
 
-Writes ``results/ladder.json`` (one row per stage and seed), ``results/ladder.md`` (table,
-command, config, timings) and ``results/ladder.png``. Each finished stage is cached under
-``work_dir`` so an interrupted ladder resumes where it stopped. The base model's row is
-seed-independent (greedy decoding), so it is evaluated once and repeated per seed.
+* JSON validity per agent and the share of outputs cut at the token limit;
+* MemoryGym-v0's session reward in ``evidence`` mode, with a 95% bootstrap interval over
+  sessions (and in ``choice`` mode when ``choice_answerer`` is set);
+* the memory score of MemoryGym-Interactive-v0's MemBuilder assistant writing memory with the
+  stage's policy, on a small world of its own users, with a 95% bootstrap interval over
+  (user, period) cells;
+* during RL, a learning curve: the train reward of every step and the held-out reward on the
+  first ``curve_sessions`` held-out sessions every ``curve_every`` steps.
+
+Writes ``results/ladder.json`` (one row per stage and seed), ``results/ladder.md`` (tables,
+command, config, timings), ``results/ladder.png`` and ``results/ladder_curves.png`` after every
+stage, so an interrupted ladder still leaves what it finished; each finished stage is cached
+under ``work_dir`` and a rerun resumes. The ADRPO adapter of the first seed is exported in
+bfloat16 to ``adapter_out`` with a card of its command, config and held-out scores.
 """
 
 from __future__ import annotations
 
 import gc
 import json
+import math
 import os
-import platform
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -30,12 +38,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import yaml  # noqa: E402
 
-from membuilder.ops import AGENTS
-from membuilder.training.policy_eval import evaluate_policy
-from memgym_env.construction_config import ConstructionConfig
-from memgym_env.session_scorer import SessionScorer
-from train import adrpo, sft
+from membuilder.training.checkpoints import save_policy  # noqa: E402
+from membuilder.training.policy_eval import evaluate_policy  # noqa: E402
+from memgym_env.construction_config import ConstructionConfig  # noqa: E402
+from memgym_env.session_scorer import SessionScorer  # noqa: E402
+from train import adrpo, sft  # noqa: E402
+from train.bootstrap import bootstrap_ci  # noqa: E402
 from train.common import load_policy, parse_users  # noqa: E402
+from train.ladder_report import write_results  # noqa: E402
 
 STAGES = ("base", "sft", "grpo", "adrpo")
 
@@ -47,105 +57,217 @@ class LadderArgs:
     model_name_or_path: str = field(default="smollm2-135m", metadata={"help": "Base policy."})
     sft_config: str = field(default="configs/train/sft_smollm2_cpu.yaml", metadata={"help": "SFT config (YAML)."})
     adrpo_config: str = field(default="configs/train/adrpo_smollm2_cpu.yaml", metadata={"help": "ADRPO config (YAML)."})
-    env_config: str = field(default="configs/env/construction.yaml", metadata={"help": "MemoryGym-v0 config (YAML)."})
-    env_overrides: str = field(default="{world_config: configs/env/base.yaml, world_overrides: {num_users: 10}}",
-                               metadata={"help": "ConstructionConfig fields over env_config, for every stage and the "
-                                                 "evaluation (YAML mapping; JSON on the command line)."})
-    train_users: str = field(default="0-3", metadata={"help": "Users whose sessions SFT and RL see."})
-    held_out_users: str = field(default="8-9", metadata={"help": "Users only evaluated on."})
-    train_sessions_per_user: int = field(default=3, metadata={"help": "First N sessions of each training user."})
-    eval_sessions_per_user: int = field(default=3, metadata={"help": "First N sessions of each held-out user."})
-    seeds: list[int] = field(default_factory=lambda: [0, 1], metadata={"help": "Training seeds."})
-    sft_epochs: float = field(default=3.0, metadata={"help": "SFT epochs over the oracle rows."})
-    sft_learning_rate: float = field(default=5e-4, metadata={"help": "SFT learning rate (LoRA)."})
-    sft_gradient_accumulation_steps: int = field(default=2, metadata={"help": "SFT steps per optimizer update."})
-    rl_steps: int = field(default=4, metadata={"help": "ADRPO/GRPO optimizer steps (one session each)."})
-    rl_generations: int = field(default=2, metadata={"help": "G, completions per agent prompt."})
+    env_config: str = field(default="configs/env/construction_cpu.yaml", metadata={"help": "MemoryGym-v0 config (YAML)."})
+    env_overrides: str = field(default="{}", metadata={
+        "help": "ConstructionConfig fields over env_config, for every stage and the evaluation (YAML mapping; JSON on "
+                "the command line)."})
+    train_users: str = field(default="0-7", metadata={"help": "Users whose sessions SFT and RL see."})
+    held_out_users: str = field(default="8-15", metadata={"help": "Users only evaluated on."})
+    sft_sessions_per_user: int | None = field(default=8, metadata={"help": "First N sessions of each training user "
+                                                                           "for SFT (None: all)."})
+    rl_sessions_per_user: int | None = field(default=None, metadata={"help": "First N sessions of each training user "
+                                                                            "for RL (None: all)."})
+    eval_sessions_per_user: int = field(default=6, metadata={"help": "First N sessions of each held-out user."})
+    seeds: list[int] = field(default_factory=lambda: [0, 1], metadata={"help": "RL seeds."})
+    sft_seed: int = field(default=0, metadata={"help": "Seed of the one SFT run every RL seed starts from."})
+    sft_epochs: float = field(default=1.0, metadata={"help": "SFT epochs over the oracle rows."})
+    sft_learning_rate: float = field(default=1e-3, metadata={"help": "SFT learning rate (LoRA)."})
+    sft_gradient_accumulation_steps: int = field(default=4, metadata={"help": "SFT micro-batches per update."})
+    rl_steps: int = field(default=10, metadata={"help": "ADRPO/GRPO optimizer steps (one session each)."})
+    rl_generations: int = field(default=8, metadata={"help": "G, completions per agent prompt."})
+    rl_temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of the rollouts."})
     rl_learning_rate: float = field(default=1e-4, metadata={"help": "ADRPO/GRPO learning rate (LoRA)."})
     adrpo_alpha: float = field(default=4.0, metadata={"help": "alpha of the ADRPO stage (GRPO is alpha 1)."})
-    eval_max_new_tokens: int = field(default=200, metadata={"help": "Longest evaluated output per agent."})
-    eval_batch_size: int = field(default=8, metadata={"help": "Prompts generated together."})
-    max_prompt_tokens: int = field(default=1536, metadata={"help": "Prompt budget (memory view cut first)."})
-    choice_answerer: str = field(default="smollm2-135m", metadata={"help": "Answers questions in choice mode."})
+    eval_max_new_tokens: int = field(default=160, metadata={"help": "Longest evaluated output per agent."})
+    eval_batch_size: int = field(default=16, metadata={"help": "Prompts generated together."})
+    max_prompt_tokens: int = field(default=768, metadata={"help": "Prompt budget (memory view cut first), SFT and RL."})
+    curve_every: int = field(default=5, metadata={"help": "Held-out reward every N RL steps (0: only at the end)."})
+    curve_sessions: int = field(default=12, metadata={"help": "Held-out sessions of each curve point."})
+    choice_answerer: str | None = field(default=None, metadata={
+        "help": "Answerer of choice-mode scoring (None: evidence mode only; choice mode costs model calls)."})
+    memory_score_world: str = field(default="{num_users: 2, num_periods: 2, rounds_update: 1, seed: 4242}",
+                                    metadata={"help": "World settings (over configs/env/base.yaml) of the interactive "
+                                                      "memory score; its users are never trained on. {} = off."})
+    adapter_out: str | None = field(default="membuilder/policies/smollm2-135m-memgym", metadata={
+        "help": "Where the first seed's ADRPO adapter ships (bf16, with card.json); None: not exported."})
     work_dir: str = field(default="runs/ladder", metadata={"help": "Checkpoints and per-stage caches."})
     results_dir: str = field(default="results", metadata={"help": "Where ladder.json/.md/.png go."})
 
     def __post_init__(self) -> None:
-        if isinstance(self.env_overrides, str):
-            self.env_overrides = yaml.safe_load(self.env_overrides) or {}
+        for name in ("env_overrides", "memory_score_world"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                setattr(self, name, yaml.safe_load(value) or {})
+
+    def construction_config(self, **extra) -> ConstructionConfig:
+        return ConstructionConfig.from_yaml(self.env_config, **{**self.env_overrides, **extra})
 
 
-def _stage_env(a: LadderArgs, stage_config: str, **extra) -> list[str]:
+def _stage_env(a: LadderArgs, stage_config: str, sessions: int | None, **extra) -> list[str]:
     """The stage config's env settings with the ladder's on top, in the stages' own dialect."""
     stage = yaml.safe_load(Path(stage_config).read_text(encoding="utf-8")) or {}
     merged = {**(stage.get("env_overrides") or {}), **a.env_overrides, **extra}
-    return ["--env_config", a.env_config, "--env_overrides", json.dumps(merged), "--users", a.train_users,
-            "--max_sessions_per_user", str(a.train_sessions_per_user)]
+    out = ["--env_config", a.env_config, "--env_overrides", json.dumps(merged), "--users", a.train_users,
+           "--max_prompt_tokens", str(a.max_prompt_tokens)]
+    return out + (["--max_sessions_per_user", str(sessions)] if sessions else [])
 
 
-def _train_once(folder: Path, run) -> str:
-    """Run a training stage unless its merged policy is already there (a resumed ladder)."""
-    merged = folder / "policy" / "merged"
-    if not merged.exists():
-        trainer = run()
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1), encoding="utf-8")
+def _log_history(folder: Path, trainer) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1), encoding="utf-8")
+
+
+def train_sft(a: LadderArgs, folder: Path) -> str:
+    """The SFT adapter folder (trained unless a resumed ladder already has it)."""
+    adapter = folder / "policy" / "adapter"
+    if not (adapter / "adapter_config.json").exists():
+        trainer = sft.main([
+            "--config", a.sft_config, "--model_name_or_path", a.model_name_or_path,
+            *_stage_env(a, a.sft_config, a.sft_sessions_per_user),
+            "--seed", str(a.sft_seed), "--output_dir", str(folder), "--save_policy_to", str(folder / "policy"),
+            "--dataset_jsonl", str(folder / "sft_rows.jsonl"), "--num_train_epochs", str(a.sft_epochs),
+            "--learning_rate", str(a.sft_learning_rate), "--save_strategy", "no",
+            "--gradient_accumulation_steps", str(a.sft_gradient_accumulation_steps)])
+        _log_history(folder, trainer)
         del trainer
-        gc.collect()  # the next stage loads its own model; free this one first
-    return str(merged)
+        gc.collect()
+    return str(adapter)
 
 
-def train_sft(a: LadderArgs, seed: int, folder: Path) -> str:
-    return _train_once(folder, lambda: sft.main([
-        "--config", a.sft_config, "--model_name_or_path", a.model_name_or_path, *_stage_env(a, a.sft_config),
-        "--seed", str(seed), "--output_dir", str(folder), "--save_policy_to", str(folder / "policy"),
-        "--dataset_jsonl", str(folder / "sft_rows.jsonl"), "--num_train_epochs", str(a.sft_epochs),
-        "--learning_rate", str(a.sft_learning_rate), "--save_strategy", "no",
-        "--gradient_accumulation_steps", str(a.sft_gradient_accumulation_steps)]))
-
-
-def train_rl(a: LadderArgs, seed: int, start: str, alpha: float, folder: Path) -> str:
+def train_rl(a: LadderArgs, seed: int, start: str, alpha: float, folder: Path, curve) -> str:
+    """ADRPO (or GRPO with alpha 1) continuing the SFT adapter at ``start``; returns the new adapter folder."""
+    adapter = folder / "policy" / "adapter"
+    if (adapter / "adapter_config.json").exists():
+        return str(adapter)
     g = a.rl_generations
-    return _train_once(folder, lambda: adrpo.main([
-        "--config", a.adrpo_config, "--model_name_or_path", start, *_stage_env(a, a.adrpo_config, alpha=alpha),
-        "--seed", str(seed), "--output_dir", str(folder),
-        "--save_policy_to", str(folder / "policy"), "--max_steps", str(a.rl_steps),
-        "--num_generations", str(g), "--per_device_train_batch_size", str(4 * g),
-        "--learning_rate", str(a.rl_learning_rate), "--save_strategy", "no",
-        "--max_prompt_tokens", str(a.max_prompt_tokens)]))
+    trainer, script, tokenizer = adrpo.build([
+        "--config", a.adrpo_config, "--model_name_or_path", start,
+        *_stage_env(a, a.adrpo_config, a.rl_sessions_per_user, alpha=alpha),
+        "--seed", str(seed), "--output_dir", str(folder), "--max_steps", str(a.rl_steps),
+        # one micro-batch per session: the loss runs each agent's prompt once under its G completions
+        "--num_generations", str(g), "--per_device_train_batch_size", str(4 * g), "--share_prompt", "true",
+        "--gradient_accumulation_steps", "1", "--temperature", str(a.rl_temperature), "--top_p", "1.0",
+        "--learning_rate", str(a.rl_learning_rate), "--save_strategy", "no"])
+    if curve is not None:
+        trainer.add_callback(curve)
+    trainer.train()
+    save_policy(trainer.model, tokenizer, folder / "policy")
+    _log_history(folder, trainer)
+    del trainer
+    gc.collect()
+    return str(adapter)
 
 
 class Evaluator:
-    """Held-out sessions scored by MemoryGym-v0 in evidence and choice modes (built once)."""
+    """Held-out sessions scored by MemoryGym-v0 (built once), plus the interactive memory score."""
 
-    def __init__(self, a: LadderArgs):
+    def __init__(self, a: LadderArgs, work: Path):
         users = parse_users(a.held_out_users)
-
-        def scorer(**mode):
-            config = ConstructionConfig.from_yaml(a.env_config, **{**a.env_overrides, **mode})
-            return SessionScorer(config, users, a.eval_sessions_per_user)
-
-        self.scorers = {"evidence": scorer(answer_mode="evidence"),
-                        "choice": scorer(answer_mode="choice", answerer=a.choice_answerer)}
+        if set(users) & set(parse_users(a.train_users)):
+            raise SystemExit(f"held_out_users {a.held_out_users!r} overlap train_users {a.train_users!r}")
+        self.scorers = {"evidence": SessionScorer(a.construction_config(answer_mode="evidence"), users,
+                                                  a.eval_sessions_per_user)}
+        if a.choice_answerer:
+            self.scorers["choice"] = SessionScorer(a.construction_config(answer_mode="choice",
+                                                                         answerer=a.choice_answerer),
+                                                   users, a.eval_sessions_per_user)
         self.keys = self.scorers["evidence"].session_keys()
         self.users = sorted({k.split("/")[0] for k in self.keys})
-        self.a = a
+        self.a, self.work = a, work
+        self._world = None
 
-    def __call__(self, policy: str, label: str) -> dict[str, Any]:
+    def generate(self, model, tokenizer, keys, label: str, scorers=None) -> dict[str, Any]:
         from tqdm.auto import tqdm
 
-        # Evaluation trains nothing: the base may run in bfloat16 where the CPU has it.
-        model, tokenizer, _ = load_policy(policy, "auto", frozen_base=True)
-        bar = tqdm(total=4 * len(self.keys), desc=f"evaluate {label}", unit="output")
-        t0 = time.perf_counter()
-        res = evaluate_policy(model, tokenizer, self.scorers, self.keys, max_new_tokens=self.a.eval_max_new_tokens,
-                              max_prompt_tokens=self.a.max_prompt_tokens, batch_size=self.a.eval_batch_size,
-                              progress=bar.update)
+        bar = tqdm(total=4 * len(keys), desc=f"evaluate {label}", unit="output", leave=False)
+        res = evaluate_policy(model, tokenizer, scorers or self.scorers, keys,
+                              max_new_tokens=self.a.eval_max_new_tokens, max_prompt_tokens=self.a.max_prompt_tokens,
+                              batch_size=self.a.eval_batch_size, progress=bar.update)
         bar.close()
-        res["eval_seconds"] = round(time.perf_counter() - t0, 1)
+        return res
+
+    def __call__(self, policy: str, label: str) -> dict[str, Any]:
+        # Evaluation trains nothing: the base may run in bfloat16 where the CPU has it.
+        t0 = time.perf_counter()
+        model, tokenizer, _ = load_policy(policy, "auto", frozen_base=True)
+        res = self.generate(model, tokenizer, self.keys, label)
         del model
         gc.collect()
+        res["reward_ci"] = {name: bootstrap_ci(v) for name, v in res["session_rewards"].items()}
+        res["eval_seconds"] = round(time.perf_counter() - t0, 1)
+        res.update(self.memory_score(policy, label))
         return res
+
+    def world(self) -> Path:
+        """The interactive memory score's world, generated once into the work folder."""
+        path = self.work / "memory_score_world.json"
+        if not path.exists():
+            from memgym_env.world.config import load_config
+            from memgym_env.world.data_json import write_world
+            from memgym_env.world.offline import generate_world
+
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_world(generate_world(load_config("configs/env/base.yaml", dict(self.a.memory_score_world))), path)
+        return path
+
+    def memory_score(self, policy: str, label: str) -> dict[str, Any]:
+        """MemoryGym-Interactive-v0's MemBuilder assistant writing memory with ``policy``."""
+        if not self.a.memory_score_world:
+            return {"memory_score": None, "memory_score_ci": None}
+        from membuilder.llm import load_chat_model
+        from memgym_env.interactive.runner import RunConfig, evaluate_one, load_run_models
+        from memgym_env.world.data_json import read_world
+
+        t0 = time.perf_counter()
+        world_path = self.world()
+        trained = Path(policy).exists()
+        # The stage's policy writes the memory; the untrained model answers, as in `memgym evaluate`.
+        cfg = RunConfig(world=str(world_path), assistant="membuilder", out=str(self.work / "interactive" / label),
+                        model=self.a.model_name_or_path, policy_model=_merged(policy) if trained else policy,
+                        factual_recall=False)
+        model, embedder, _ = load_run_models([cfg])
+        constructor = load_chat_model(_merged(policy)) if trained else model
+        results = evaluate_one(cfg, read_world(world_path), model, embedder, {}, constructor=constructor)
+        cells = [v for row in results["per_user"]["memory_score"] for v in row]
+        del model, embedder, constructor
+        gc.collect()
+        score = results["overall"]["memory_score"]
+        score = None if score is None or math.isnan(score) else score  # undefined where no cell is (JSON has no NaN)
+        return {"memory_score": score, "memory_score_ci": bootstrap_ci(cells),
+                "memory_score_cells": sum(v is not None for v in cells),
+                "memory_score_seconds": round(time.perf_counter() - t0, 1)}
+
+
+def _merged(policy: str) -> str:
+    """The merged checkpoint beside an adapter folder (what the interactive env loads by path)."""
+    p = Path(policy)
+    return str(p.parent / "merged") if (p / "adapter_config.json").exists() else policy
+
+
+class CurveCallback:
+    """Held-out reward on a few held-out sessions every N optimizer steps (greedy, eval mode)."""
+
+    def __new__(cls, *args, **kwargs):
+        from transformers import TrainerCallback
+
+        class _Curve(TrainerCallback):
+            def __init__(self, evaluator: Evaluator, every: int, sessions: int, label: str):
+                self.evaluator, self.every, self.label = evaluator, every, label
+                self.keys = evaluator.keys[:sessions]
+                self.points: list[dict[str, float]] = []
+
+            def on_step_end(self, args, state, control, model=None, processing_class=None, **kw):
+                if not self.every or state.global_step % self.every or state.global_step >= state.max_steps:
+                    return
+                was_training = model.training
+                scorers = {"evidence": self.evaluator.scorers["evidence"]}
+                res = self.evaluator.generate(model, processing_class, self.keys,
+                                              f"{self.label} step {state.global_step}", scorers)
+                if was_training:
+                    model.train()
+                self.points.append({"step": state.global_step, "held_out_reward": res["reward"]["evidence"]})
+
+        return _Curve(*args, **kwargs)
 
 
 def _cached(path: Path, make):
@@ -159,146 +281,124 @@ def _cached(path: Path, make):
     return value
 
 
-def _row(stage: str, seed: int, res: dict[str, Any], users: list[str], seconds: float | None) -> dict[str, Any]:
-    return {"stage": stage, "seed": seed, "valid_rate": res["valid_rate"], "reward_evidence": res["reward"]["evidence"],
-            "reward_choice": res["reward"]["choice"], "task_reward_evidence": res["task_reward"]["evidence"],
-            "task_reward_choice": res["task_reward"]["choice"], "held_out_users": users,
-            "held_out_sessions": res["sessions"], "train_seconds": seconds, "eval_seconds": res.get("eval_seconds")}
-
-
-def run(a: LadderArgs) -> list[dict[str, Any]]:
-    work = Path(a.work_dir)
-    evaluate = Evaluator(a)
-    rows: list[dict[str, Any]] = []
-    base = _cached(work / "eval" / "base.json", lambda: evaluate(a.model_name_or_path, "base"))
-    timings = _cached(work / "timings.json", dict)
-    for seed in a.seeds:
-        rows.append(_row("base", seed, base, evaluate.users, None))
-        d = work / f"seed{seed}"
-        t = time.perf_counter()
-        sft = train_sft(a, seed, d / "sft")
-        timings.setdefault(f"sft/{seed}", round(time.perf_counter() - t, 1))
-        res = _cached(work / "eval" / f"sft-{seed}.json", lambda p=sft, s=seed: evaluate(p, f"sft seed {s}"))
-        rows.append(_row("sft", seed, res, evaluate.users, timings[f"sft/{seed}"]))
-        for stage, alpha in (("grpo", 1.0), ("adrpo", a.adrpo_alpha)):
-            t = time.perf_counter()
-            policy = train_rl(a, seed, sft, alpha, d / stage)
-            timings.setdefault(f"{stage}/{seed}", round(time.perf_counter() - t, 1))
-            res = _cached(work / "eval" / f"{stage}-{seed}.json",
-                          lambda p=policy, s=seed, st=stage: evaluate(p, f"{st} seed {s}"))
-            rows.append(_row(stage, seed, res, evaluate.users, timings[f"{stage}/{seed}"]))
-        (work / "timings.json").write_text(json.dumps(timings, indent=1), encoding="utf-8")
-    return rows
-
-
-def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Mean over seeds per stage: min/mean validity across agents and both rewards."""
-    out: dict[str, dict[str, float]] = {}
-    for stage in STAGES:
-        got = [r for r in rows if r["stage"] == stage]
-        if not got:
-            continue
-        n = len(got)
-        out[stage] = {
-            "valid_min": sum(min(r["valid_rate"].values()) for r in got) / n,
-            "valid_mean": sum(sum(r["valid_rate"].values()) / len(r["valid_rate"]) for r in got) / n,
-            "reward_evidence": sum(r["reward_evidence"] for r in got) / n,
-            "reward_choice": sum(r["reward_choice"] for r in got) / n,
-            "seeds": n,
-        }
+def train_curve(folder: Path) -> dict[int, float]:
+    """Mean train reward (the session reward ADRPO maximises) per optimizer step, from the run's log."""
+    path = folder / "log_history.json"
+    if not path.exists():
+        return {}
+    out = {}
+    for entry in json.loads(path.read_text(encoding="utf-8")):
+        if "step" in entry and "reward" in entry:
+            out[int(entry["step"])] = round(float(entry["reward"]), 4)
     return out
 
 
-def table(rows: list[dict[str, Any]]) -> str:
-    head = "| stage | seed | " + " | ".join(f"valid {a}" for a in AGENTS) + " | reward evidence | reward choice |"
-    lines = [head, "|" + "---|" * (4 + len(AGENTS))]
-    for r in rows:
-        lines.append(f"| {r['stage']} | {r['seed']} | " + " | ".join(f"{r['valid_rate'][a]:.2f}" for a in AGENTS)
-                     + f" | {r['reward_evidence']:.3f} | {r['reward_choice']:.3f} |")
-    return "\n".join(lines)
+def make_curve(folder: Path, start: dict[str, Any], end: dict[str, Any], points: list[dict[str, float]],
+               curve_keys: list[str], steps: int) -> list[dict[str, Any]]:
+    """{step, train_reward, held_out_reward} per step: held-out at 0 (the SFT policy), every N, and the end
+    (all on the same ``curve_keys`` sessions)."""
+    def subset(res):
+        by_key = dict(zip(res["session_keys"], res["session_rewards"]["evidence"], strict=True))
+        return round(sum(by_key[k] for k in curve_keys) / len(curve_keys), 4)
+
+    held = {0: subset(start), steps: subset(end), **{int(p["step"]): round(p["held_out_reward"], 4) for p in points}}
+    train = train_curve(folder)
+    return [{"step": s, "train_reward": train.get(s), "held_out_reward": held.get(s)}
+            for s in sorted(set(train) | set(held))]
 
 
-def plot(rows: list[dict[str, Any]], path: Path, model: str = "") -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    stages = [s for s in STAGES if any(r["stage"] == s for r in rows)]
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4), gridspec_kw={"width_ratios": [1.6, 1, 1]})
-    ax = axes[0]
-    width = 0.8 / len(AGENTS)
-    for j, agent in enumerate(AGENTS):
-        means = []
-        for stage in stages:
-            vals = [r["valid_rate"][agent] for r in rows if r["stage"] == stage]
-            means.append(sum(vals) / len(vals))
-        ax.bar([x + (j - 1.5) * width for x in range(len(stages))], means, width, label=agent)
-    ax.axhline(0.9, color="grey", ls="--", lw=0.8)
-    ax.set_xticks(range(len(stages)), stages)
-    ax.set_ylim(0, 1.05)
-    ax.set_title("JSON validity per agent (dashed: the 90% goal)", fontsize=10)
-    ax.legend(fontsize=7, ncol=4, loc="upper left")
-    for ax, (title, key) in zip(axes[1:], [("session reward, evidence mode", "reward_evidence"),
-                                          ("session reward, choice mode", "reward_choice")], strict=True):
-        for x, stage in enumerate(stages):
-            vals = [r[key] for r in rows if r["stage"] == stage]
-            ax.bar(x, sum(vals) / len(vals), color=f"C{x}", alpha=0.6)
-            ax.scatter([x] * len(vals), vals, color="black", s=14, zorder=3)
-        ax.set_xticks(range(len(stages)), stages)
-        ax.set_ylim(bottom=0)
-        ax.set_title(title, fontsize=10)
-    users = rows[0]["held_out_users"] if rows else []
-    seeds = sorted({r["seed"] for r in rows})
-    fig.suptitle(f"{model} on {len(users)} held-out users, seeds {seeds}: bars = mean over seeds, dots = seeds",
-                 fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+def row(stage: str, seed: int, res: dict[str, Any], users: list[str], seconds: float | None,
+        curve: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"stage": stage, "seed": seed, "valid_rate": res["valid_rate"], "cut_rate": res.get("cut_rate"),
+            "reward_evidence": res["reward"]["evidence"], "reward_evidence_ci": res["reward_ci"]["evidence"],
+            "reward_choice": res["reward"].get("choice"), "reward_choice_ci": res["reward_ci"].get("choice"),
+            "task_reward_evidence": res["task_reward"]["evidence"], "held_out_users": users,
+            "held_out_sessions": res["sessions"], "memory_score": res.get("memory_score"),
+            "memory_score_ci": res.get("memory_score_ci"), "memory_score_cells": res.get("memory_score_cells"),
+            "curve": curve or [], "train_seconds": seconds, "eval_seconds": res.get("eval_seconds")}
 
 
-def write_results(a: LadderArgs, rows: list[dict[str, Any]], seconds: float, argv: list[str]) -> dict[str, Path]:
-    """ladder.json, ladder.md and ladder.png; ``seconds`` is this invocation's wall time (a resumed
-    run reuses cached stages, so the table also gives the compute time summed over stages)."""
+def export_adapter(a: LadderArgs, stage: str, adapter: str, scores: dict[str, Any], argv: list[str]) -> Path | None:
+    """The shipped policy: the adapter's weights in bfloat16 beside a card saying how it was made."""
+    if not a.adapter_out:
+        return None
     import torch
-    import transformers
-    import trl
+    from safetensors.torch import load_file, save_file
 
-    out = Path(a.results_dir)
+    out = Path(a.adapter_out)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out / "ladder.json", "md": out / "ladder.md", "png": out / "ladder.png"}
-    paths["json"].write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
-    summary = summarize(rows)
-    cmd = "python train/ladder.py " + " ".join(argv)
-    base_eval = next((r["eval_seconds"] or 0 for r in rows if r["stage"] == "base"), 0)
-    compute = base_eval + sum((r["train_seconds"] or 0) + (r["eval_seconds"] or 0) for r in rows if r["stage"] != "base")
-    md = [f"# Training ladder ({a.model_name_or_path}, CPU)", "",
-          f"Command: `{cmd}` (what `make ladder` runs). Compute time summed over stages: {compute / 60:.1f} min "
-          f"(this invocation: {seconds / 60:.1f} min) on {os.cpu_count()} CPU cores, {platform.platform()}; torch "
-          f"{torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}.", "",
-          f"Held-out users: {', '.join(rows[0]['held_out_users']) if rows else '-'} "
-          f"(world users {a.held_out_users}; training users {a.train_users}).", "",
-          table(rows), "", "Mean over seeds:", "",
-          "| stage | min agent validity | mean validity | reward evidence | reward choice |", "|---|---|---|---|---|"]
-    md += [f"| {s} | {v['valid_min']:.2f} | {v['valid_mean']:.2f} | {v['reward_evidence']:.3f} | "
-           f"{v['reward_choice']:.3f} |" for s, v in summary.items()]
-    md += ["", "Configuration:", "", "```json", json.dumps(asdict(a), indent=1), "```", ""]
-    paths["md"].write_text("\n".join(md), encoding="utf-8")
-    plot(rows, paths["png"], a.model_name_or_path)
-    return paths
+    weights = {k: v.to(torch.bfloat16).contiguous() for k, v in load_file(Path(adapter) / "adapter_model.safetensors").items()}
+    tmp = out / "adapter_model.safetensors.tmp"
+    save_file(weights, str(tmp), metadata={"format": "pt"})
+    os.replace(tmp, out / "adapter_model.safetensors")
+    config = json.loads((Path(adapter) / "adapter_config.json").read_text(encoding="utf-8"))
+    config["base_model_name_or_path"] = a.model_name_or_path  # a short name: resolved on the user's machine
+    (out / "adapter_config.json").write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
+    how = (f"SFT on world-oracle trajectories, then ADRPO (alpha {a.adrpo_alpha}), seed {a.seeds[0]}"
+           if stage == "adrpo" else "SFT on world-oracle trajectories (the ladder's RL stages had not finished)")
+    card = {"what": f"LoRA adapter for SmolLM2-135M-Instruct writing MemBuilder's four memories: {how}",
+            "stage": stage,
+            "command": "python train/ladder.py " + " ".join(argv), "config": asdict(a), "held_out": scores}
+    (out / "card.json").write_text(json.dumps(card, indent=1) + "\n", encoding="utf-8")
+    return out
+
+
+def _scores(r: dict[str, Any]) -> dict[str, Any]:
+    return {k: r[k] for k in ("valid_rate", "reward_evidence", "reward_evidence_ci", "memory_score", "memory_score_ci",
+                              "held_out_sessions", "held_out_users")}
+
+
+def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
+    work = Path(a.work_dir)
+    evaluate = Evaluator(a, work)
+    rows: list[dict[str, Any]] = []
+    timings = _cached(work / "timings.json", dict)
+    t_start = time.perf_counter()
+
+    def publish():
+        (work / "timings.json").write_text(json.dumps(timings, indent=1), encoding="utf-8")
+        write_results(a, rows, time.perf_counter() - t_start, argv, timings)
+
+    base = _cached(work / "eval" / "base.json", lambda: evaluate(a.model_name_or_path, "base"))
+    rows.append(row("base", a.sft_seed, base, evaluate.users, None))
+    publish()
+    t = time.perf_counter()
+    sft_policy = train_sft(a, work / "sft")
+    timings.setdefault("sft", round(time.perf_counter() - t, 1))
+    sft_res = _cached(work / "eval" / "sft.json", lambda: evaluate(sft_policy, "sft"))
+    rows.append(row("sft", a.sft_seed, sft_res, evaluate.users, timings["sft"]))
+    if not (work / f"seed{a.seeds[0]}" / "adrpo" / "policy" / "adapter").exists():
+        export_adapter(a, "sft", sft_policy, _scores(rows[-1]), argv)  # shipped until ADRPO replaces it
+    publish()
+    for seed in a.seeds:
+        for stage, alpha in (("adrpo", a.adrpo_alpha), ("grpo", 1.0)):
+            folder = work / f"seed{seed}" / stage
+            curve = CurveCallback(evaluate, a.curve_every, a.curve_sessions, f"{stage} seed {seed}")
+            t = time.perf_counter()
+            policy = train_rl(a, seed, sft_policy, alpha, folder, curve)
+            timings.setdefault(f"{stage}/{seed}", round(time.perf_counter() - t, 1))
+            points = _cached(folder / "curve_points.json", lambda c=curve: c.points)
+            res = _cached(work / "eval" / f"{stage}-{seed}.json",
+                          lambda p=policy, s=seed, st=stage: evaluate(p, f"{st} seed {s}"))
+            curve_rows = make_curve(folder, sft_res, res, points, evaluate.keys[:a.curve_sessions], a.rl_steps)
+            rows.append(row(stage, seed, res, evaluate.users, timings[f"{stage}/{seed}"], curve_rows))
+            if stage == "adrpo" and seed == a.seeds[0]:
+                export_adapter(a, stage, policy, _scores(rows[-1]), argv)
+            publish()
+    return rows
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     from trl import TrlParser
 
+    from train.ladder_report import table
+
     argv = list(sys.argv[1:] if argv is None else argv)
     (a,) = TrlParser((LadderArgs,)).parse_args_and_config(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    t0 = time.perf_counter()
-    rows = run(a)
-    paths = write_results(a, rows, time.perf_counter() - t0, argv)
+    rows = run(a, argv)
     print(table(rows))
-    print("\n".join(f"{k}: {p}" for k, p in paths.items()))
+    print(f"results: {a.results_dir}/ladder.json, ladder.md, ladder.png, ladder_curves.png")
     return rows
 
 

@@ -21,6 +21,7 @@ from membuilder.llm import load_chat_model
 from membuilder.llm.embedders import load_embedder
 from membuilder.memory.bank import MemoryBank
 from membuilder.training.checkpoints import save_policy
+from membuilder.training.prompts import token_counter
 from membuilder.training.sft import build_sft_trainer
 from membuilder.training.trajectories import (
     SessionText,
@@ -51,6 +52,8 @@ class SFTScriptArgs(EnvArgs, BenchmarkEvalArgs):
     trajectories_jsonl: str | None = field(default=None, metadata={"help": "Per-session expert records (resumable)."})
     dataset_jsonl: str | None = field(default=None, metadata={"help": "Also export the SFT rows as JSONL here."})
     save_policy_to: str | None = field(default=None, metadata={"help": "Write adapter/ and merged/ here at the end."})
+    max_prompt_tokens: int | None = field(default=None, metadata={
+        "help": "Cut each prompt's memory view to this many tokens, as ADRPO and the held-out evaluation do."})
 
 
 def sft_records(args: SFTScriptArgs):
@@ -81,13 +84,13 @@ def build(argv=None):
 
     script, sft_args, model_args = TrlParser((SFTScriptArgs, SFTConfig, ModelConfig)).parse_args_and_config(argv)
     set_seed(sft_args.seed)
-    rows = sft_rows(sft_records(script))
+    model, tokenizer, _ = load_policy(model_args.model_name_or_path, model_args.dtype, frozen_base=model_args.use_peft)
+    rows = sft_rows(sft_records(script), length=token_counter(tokenizer), max_prompt_tokens=script.max_prompt_tokens)
     if script.dataset_jsonl:
         write_jsonl(rows, script.dataset_jsonl)
     dataset = to_dataset(rows)
     print(f"SFT rows: {len(dataset)} ({len(rows) // 4} sessions x 4 agents)")
-    model, tokenizer, _ = load_policy(model_args.model_name_or_path, model_args.dtype, frozen_base=model_args.use_peft)
-    trainer = build_sft_trainer(model, tokenizer, dataset, sft_args, peft_config=peft_from(model_args))
+    trainer = build_sft_trainer(model, tokenizer, dataset, sft_args, peft_config=peft_from(model_args, model))
     add_benchmark_eval(trainer, script)
     return trainer, script, tokenizer
 

@@ -80,6 +80,10 @@ class ADRPOConfig(GRPOConfig):
 
     max_prompt_tokens: int | None = field(default=None, metadata={
         "help": "Longest prompt; longer ones lose memory-view entries first, never instructions."})
+    share_prompt: bool = field(default=True, metadata={
+        "help": "Run each distinct prompt once in the loss and put its G completions on its cache "
+                "(membuilder.training.shared_prefix); a whole session in one micro-batch "
+                "(per_device_train_batch_size = 4 x G) shares the most."})
     rollout_log: str | None = field(default=None, metadata={
         "help": "Append every scored completion (step, session_key, agent, k, completion, reward, weight, advantage) "
                 "as JSON lines to <rollout_log>.<process_index>.jsonl, one file per process."})
@@ -315,6 +319,19 @@ class ADRPOTrainer(GRPOTrainer):
             seen[key, agent] += 1
         with open(f"{self.args.rollout_log}.{process}.jsonl", "a", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n")
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
+                                           compute_entropy=False, compute_aux_loss=False, **multimodal):
+        if not self.args.share_prompt or compute_aux_loss or any(v is not None for v in multimodal.values()):
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
+                **multimodal)
+        from membuilder.training.shared_prefix import shared_prefix_logps
+
+        with self.accelerator.autocast():
+            logps, entropies = shared_prefix_logps(model, input_ids, attention_mask, logits_to_keep,
+                                                   self.temperature, compute_entropy)
+        return logps, entropies, None
 
     def _compute_loss(self, model, inputs):
         if "adrpo_weights" in inputs:

@@ -18,8 +18,12 @@ from membuilder.training.prompts import fit_prompt, token_counter
 
 
 def generate_greedy(model, tokenizer, prompts: Sequence[list[dict[str, str]]], max_new_tokens: int = 256,
-                    batch_size: int = 8, progress: Callable[[int], None] | None = None) -> list[str]:
-    """Greedy completions of chat prompts, batched with left padding (deterministic for a seed-free run)."""
+                    batch_size: int = 8, progress: Callable[[int], None] | None = None,
+                    cut: list[bool] | None = None) -> list[str]:
+    """Greedy completions of chat prompts, batched with left padding (deterministic for a seed-free run).
+
+    ``cut``, when given, receives per prompt whether its output ran to ``max_new_tokens`` without
+    ending its turn (the repetition loops a weak policy falls into)."""
     import torch
 
     side, tokenizer.padding_side = tokenizer.padding_side, "left"
@@ -28,6 +32,8 @@ def generate_greedy(model, tokenizer, prompts: Sequence[list[dict[str, str]]], m
         # Longest prompts first, so a batch pads little; the original order is restored at the end.
         order = sorted(range(len(prompts)), key=lambda i: -len(str(prompts[i])))
         by_index: dict[int, str] = {}
+        ended: dict[int, bool] = {}
+        stops = {t for t in (tokenizer.eos_token_id, tokenizer.pad_token_id) if t is not None}
         for start in range(0, len(order), batch_size):
             idx = order[start:start + batch_size]
             texts = [tokenizer.apply_chat_template(prompts[i], add_generation_prompt=True, tokenize=False) for i in idx]
@@ -38,10 +44,13 @@ def generate_greedy(model, tokenizer, prompts: Sequence[list[dict[str, str]]], m
             width = enc["input_ids"].shape[1]
             for i, row in zip(idx, gen, strict=True):
                 by_index[i] = tokenizer.decode(row[width:], skip_special_tokens=True)
+                ended[i] = any(int(t) in stops for t in row[width:])
             if progress:
                 progress(len(idx))
     finally:
         tokenizer.padding_side = side
+    if cut is not None:
+        cut[:] = [not ended[i] for i in range(len(prompts))]
     return [by_index[i] for i in range(len(prompts))]
 
 
@@ -51,8 +60,9 @@ def evaluate_policy(model, tokenizer, scorers: Mapping[str, CandidateScorer], se
     """Validity per agent and mean session reward per scorer, on ``session_keys`` (default: all).
 
     Every scorer must know the same sessions; the first one renders the observations.
-    Returns ``{"valid_rate": {agent: share}, "reward": {name: mean r}, "task_reward": {name: mean},
-    "sessions": n, "outputs": {key: {agent: text}}}``; ``reward`` is the mean over agents of
+    Returns ``{"valid_rate": {agent: share}, "cut_rate": {agent: share of outputs cut at the token
+    limit}, "reward": {name: mean r}, "task_reward": {name: mean}, "session_rewards": {name: [r per
+    session]}, "session_keys": [...], "sessions": n, "outputs": {key: {agent: text}}}``; ``reward`` is the mean over agents of
     r_a = 1[valid_a] * r_task * (1 - lambda * l_a), the quantity ADRPO maximises.
     """
     if not scorers:
@@ -66,15 +76,21 @@ def evaluate_policy(model, tokenizer, scorers: Mapping[str, CandidateScorer], se
         for agent in AGENTS:
             prompts.append(fit_prompt(agent, obs, count, max_prompt_tokens))
             slots.append((key, agent))
-    texts = generate_greedy(model, tokenizer, prompts, max_new_tokens, batch_size, progress)
+    cut: list[bool] = []
+    texts = generate_greedy(model, tokenizer, prompts, max_new_tokens, batch_size, progress, cut=cut)
     outputs: dict[str, dict[str, str]] = defaultdict(dict)
-    for (key, agent), text in zip(slots, texts, strict=True):
+    was_cut: dict[str, dict[str, bool]] = defaultdict(dict)
+    for (key, agent), text, c in zip(slots, texts, cut, strict=True):
         outputs[key][agent] = text
-    valid = {a: sum(parse(a, outputs[k][a]).valid for k in keys) / max(1, len(keys)) for a in AGENTS}
-    reward, task = {}, {}
+        was_cut[key][agent] = c
+    n = max(1, len(keys))
+    valid = {a: sum(parse(a, outputs[k][a]).valid for k in keys) / n for a in AGENTS}
+    cut_rate = {a: sum(was_cut[k][a] for k in keys) / n for a in AGENTS}
+    reward, task, per_session = {}, {}, {}
     for name, scorer in scorers.items():
         scored = [scorer.score(k, [outputs[k]])[0] for k in keys]
-        reward[name] = sum(r.reward for r in scored) / max(1, len(scored))
-        task[name] = sum(r.task_reward for r in scored) / max(1, len(scored))
-    return {"valid_rate": valid, "reward": reward, "task_reward": task, "sessions": len(keys),
-            "outputs": dict(outputs)}
+        per_session[name] = [float(r.reward) for r in scored]
+        reward[name] = sum(per_session[name]) / n
+        task[name] = sum(r.task_reward for r in scored) / n
+    return {"valid_rate": valid, "cut_rate": cut_rate, "reward": reward, "task_reward": task,
+            "session_rewards": per_session, "session_keys": keys, "sessions": len(keys), "outputs": dict(outputs)}

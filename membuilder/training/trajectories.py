@@ -31,6 +31,7 @@ from typing import Any
 from membuilder.agents.constructor import MemBuilderPolicy, build_observation, render_prompt
 from membuilder.llm.base import Sampling
 from membuilder.ops import AGENTS
+from membuilder.training.prompts import PromptLength, fit_prompt
 
 # An observation -> {agent: raw output}.
 Writer = Callable[[Mapping[str, Any]], Mapping[str, str]]
@@ -130,12 +131,19 @@ def build_trajectory(sessions: Sequence[SessionText], write, bank, *, view_k: in
     return records
 
 
-def sft_rows(records: Iterable[Mapping[str, Any]], agents: Sequence[str] = AGENTS) -> list[dict[str, Any]]:
-    """One chat row per (session, agent): the agent's prompt, then the expert's output as the assistant turn."""
+def sft_rows(records: Iterable[Mapping[str, Any]], agents: Sequence[str] = AGENTS, length: PromptLength | None = None,
+             max_prompt_tokens: int | None = None) -> list[dict[str, Any]]:
+    """One chat row per (session, agent): the agent's prompt, then the expert's output as the assistant turn.
+
+    With ``length`` and ``max_prompt_tokens`` the prompt is cut exactly as RL and the held-out
+    evaluation cut it (``prompts.fit_prompt``), so SFT trains on the prompts the policy later sees.
+    """
     rows = []
     for r in records:
         for agent in agents:
-            messages = render_prompt(agent, r["observation"]) + [{"role": "assistant", "content": r["outputs"][agent]}]
+            prompt = (fit_prompt(agent, r["observation"], length, max_prompt_tokens) if length
+                      else render_prompt(agent, r["observation"]))
+            messages = prompt + [{"role": "assistant", "content": r["outputs"][agent]}]
             rows.append({"messages": messages, "session_key": r["key"], "agent": agent,
                          "source": r.get("source", "expert")})
     return rows

@@ -1,0 +1,158 @@
+"""The ladder's results: ladder.json, a Markdown report with intervals, and two plots."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from membuilder.ops import AGENTS
+from train.bootstrap import separated
+
+STAGES = ("base", "sft", "grpo", "adrpo")
+
+
+def _ci(ci) -> str:
+    return f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "-"
+
+
+def _num(v, fmt: str = ".3f") -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = ("| stage | seed | " + " | ".join(f"valid {a}" for a in AGENTS)
+            + " | cut at limit | evidence reward [95% CI] | memory score [95% CI] | sessions |")
+    lines = [head, "|" + "---|" * (6 + len(AGENTS))]
+    for r in rows:
+        cut = r.get("cut_rate") or {}
+        lines.append(f"| {r['stage']} | {r['seed']} | " + " | ".join(f"{r['valid_rate'][a]:.2f}" for a in AGENTS)
+                     + f" | {max(cut.values()) if cut else 0:.2f} | {r['reward_evidence']:.3f} "
+                       f"{_ci(r.get('reward_evidence_ci'))} | {_num(r.get('memory_score'))} "
+                       f"{_ci(r.get('memory_score_ci'))} | {r['held_out_sessions']} |")
+    return "\n".join(lines)
+
+
+def verdicts(rows: list[dict[str, Any]]) -> list[str]:
+    """The ladder's goals, each read off the intervals (non-overlapping 95% CIs)."""
+    by = {(r["stage"], r["seed"]): r for r in rows}
+    out = []
+    base = next((r for r in rows if r["stage"] == "base"), None)
+    sft = next((r for r in rows if r["stage"] == "sft"), None)
+    if base and sft:
+        ok = separated(base["reward_evidence_ci"], sft["reward_evidence_ci"])
+        out.append(f"SFT above base (evidence reward): {'yes' if ok else 'no'} "
+                   f"({base['reward_evidence']:.3f} {_ci(base['reward_evidence_ci'])} -> "
+                   f"{sft['reward_evidence']:.3f} {_ci(sft['reward_evidence_ci'])})")
+    for (stage, seed), r in sorted(by.items()):
+        if stage == "adrpo" and sft:
+            ok = separated(sft["reward_evidence_ci"], r["reward_evidence_ci"])
+            out.append(f"ADRPO seed {seed} above SFT: {'yes' if ok else 'no'} "
+                       f"({r['reward_evidence']:.3f} {_ci(r['reward_evidence_ci'])})")
+            g = by.get(("grpo", seed))
+            if g:
+                a_ci, g_ci = r["reward_evidence_ci"], g["reward_evidence_ci"]
+                word = ("above" if separated(g_ci, a_ci) else "below" if separated(a_ci, g_ci)
+                        else "not told apart from")
+                out.append(f"ADRPO (alpha 4) seed {seed} {word} GRPO (alpha 1): {r['reward_evidence']:.3f} "
+                           f"{_ci(a_ci)} vs {g['reward_evidence']:.3f} {_ci(g_ci)}")
+    return out
+
+
+def plot(rows: list[dict[str, Any]], path: Path, model: str = "") -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['stage']}\nseed {r['seed']}" if r["stage"] in ("grpo", "adrpo") else r["stage"] for r in rows]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4), gridspec_kw={"width_ratios": [1.6, 1, 1]})
+    ax = axes[0]
+    width = 0.8 / len(AGENTS)
+    for j, agent in enumerate(AGENTS):
+        ax.bar([x + (j - 1.5) * width for x in range(len(rows))], [r["valid_rate"][agent] for r in rows], width,
+               label=agent)
+    ax.axhline(0.9, color="grey", ls="--", lw=0.8)
+    ax.set_xticks(range(len(rows)), labels, fontsize=7)
+    ax.set_ylim(0, 1.05)
+    ax.set_title("JSON validity per agent (dashed: the 90% goal)", fontsize=10)
+    ax.legend(fontsize=7, ncol=4, loc="lower right")
+    for ax, (title, key) in zip(axes[1:], [("held-out evidence reward, 95% CI", "reward_evidence"),
+                                          ("interactive memory score, 95% CI", "memory_score")], strict=True):
+        for x, r in enumerate(rows):
+            v, ci = r.get(key), r.get(f"{key}_ci")
+            if v is None:
+                continue
+            err = [[v - ci[0]], [ci[1] - v]] if ci else None
+            ax.errorbar([x], [v], yerr=err, fmt="o", color=f"C{STAGES.index(r['stage'])}", capsize=4)
+        ax.set_xticks(range(len(rows)), labels, fontsize=7)
+        ax.set_title(title, fontsize=10)
+    n = rows[0]["held_out_sessions"] if rows else 0
+    fig.suptitle(f"{model}: {n} held-out sessions of {len(rows[0]['held_out_users']) if rows else 0} held-out users",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_curves(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for r in rows:
+        if not r.get("curve"):
+            continue
+        color, ls = f"C{STAGES.index(r['stage'])}", "-" if r["seed"] == rows[-1]["seed"] else "--"
+        label = f"{r['stage']} seed {r['seed']}"
+        for ax, key in zip(axes, ("train_reward", "held_out_reward"), strict=True):
+            pts = [(p["step"], p[key]) for p in r["curve"] if p.get(key) is not None]
+            if pts:
+                ax.plot(*zip(*pts, strict=True), ls, color=color, marker="o" if key == "held_out_reward" else None,
+                        ms=4, label=label)
+    axes[0].set_title("train reward per step (mean over 4 agents x G rollouts)", fontsize=10)
+    axes[1].set_title("held-out evidence reward (greedy, same sessions at every point)", fontsize=10)
+    for ax in axes:
+        ax.set_xlabel("RL step")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_results(a, rows: list[dict[str, Any]], seconds: float, argv: list[str],
+                  timings: dict[str, float]) -> dict[str, Path]:
+    """ladder.json, ladder.md, ladder.png and ladder_curves.png; ``seconds`` is this invocation's wall time."""
+    import torch
+    import transformers
+    import trl
+
+    out = Path(a.results_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "ladder.json", "md": out / "ladder.md", "png": out / "ladder.png",
+             "curves": out / "ladder_curves.png"}
+    tmp = paths["json"].with_suffix(".tmp")
+    tmp.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, paths["json"])
+    cmd = "python train/ladder.py " + " ".join(argv)
+    compute = sum(timings.values()) + sum((r.get("eval_seconds") or 0) for r in rows)
+    md = [f"# Training ladder ({a.model_name_or_path}, CPU)", "",
+          f"Command: `{cmd}` (what `make ladder` runs). Training and evaluation time summed over the stages so "
+          f"far: {compute / 60:.1f} min on {os.cpu_count()} CPU cores, {platform.platform()}; torch "
+          f"{torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}.", "",
+          f"Held-out: {rows[0]['held_out_sessions'] if rows else 0} sessions of users {a.held_out_users} of the world "
+          f"(training users {a.train_users}); greedy decoding; intervals are 95% percentile bootstraps over sessions "
+          "(evidence reward) and over (user, period) cells (memory score).", "",
+          table(rows), "", "Goals, read off the intervals:", ""]
+    md += [f"- {v}" for v in verdicts(rows)]
+    md += ["", "Stage timings (s): " + json.dumps(timings), "", "Configuration:", "", "```json",
+           json.dumps(asdict(a), indent=1), "```", ""]
+    paths["md"].write_text("\n".join(md), encoding="utf-8")
+    plot(rows, paths["png"], a.model_name_or_path)
+    plot_curves(rows, paths["curves"])
+    return paths
