@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from membuilder import prompts
-from membuilder.agents.choice import best_option, score_options
+from membuilder.agents.choice import best_option, score_options, stated_choice
 from membuilder.llm.base import ChatMessages, PurposeBoundModel, Sampling, with_purpose
 
 SYSTEM = "You are a helpful personal assistant with a long-term memory of the user."
@@ -171,7 +171,20 @@ class ChatAssistant(ABC):
         return self._choose(items, time, self.answer_purpose)
 
     def probe(self, items: Sequence[ChoiceItem], time: str) -> list[str]:
-        return self._choose(items, time, "probe")
+        """Which value of a state variable holds now, for the diagnosis. When the memory shown for
+        the probe states exactly one of the choices word for word, that choice is the answer and no
+        model is asked: a memory that holds the true state is then read exactly (a 135M model scores
+        options mostly by position and put the oracle, whose memory is the true state, at 19% write
+        failures). Otherwise the model scores the options, as for a question."""
+        outs: list[str | None] = [None] * len(items)
+        for i, it in enumerate(items):
+            k = stated_choice(it["choices"], self.context(it["question"], time))
+            if k is not None:
+                outs[i] = json.dumps({"answer": k + 1})
+        ask = [i for i, o in enumerate(outs) if o is None]
+        for i, o in zip(ask, self._choose([items[i] for i in ask], time, "probe"), strict=True):
+            outs[i] = o
+        return [str(o) for o in outs]
 
     def save_state(self, folder: str | Path) -> None:
         folder = Path(folder)

@@ -14,6 +14,7 @@ path ran.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from membuilder.llm.base import ChatMessages
@@ -41,3 +42,18 @@ def score_options(model, prompts: Sequence[ChatMessages], labels: Sequence[Seque
 def best_option(scores: Sequence[float]) -> int:
     """Index of the highest score; ties go to the first option."""
     return max(range(len(scores)), key=lambda i: (scores[i], -i))
+
+
+def states_verbatim(value_text: str, memory: str) -> bool:
+    """The memory holds the value's words in order (case and punctuation aside): support that
+    needs no model. Values under 4 characters ("no", "2") never count, they match by chance."""
+    want = " ".join(re.findall(r"[a-z0-9]+", value_text.lower()))
+    if len(want) < 4:
+        return False
+    return f" {want} " in " " + " ".join(re.findall(r"[a-z0-9]+", memory.lower())) + " "
+
+
+def stated_choice(choices: Sequence[str], memory: str) -> int | None:
+    """The one choice that ``memory`` states word for word, or None when none or several are."""
+    stated = [i for i, c in enumerate(choices) if states_verbatim(c, memory)]
+    return stated[0] if len(stated) == 1 else None

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from membuilder.agents.choice import states_verbatim  # noqa: F401  (the verbatim test, shared with probes)
+
 LABELS = ("success", "write", "read", "utilization")
 FAILURES = LABELS[1:]
 
@@ -129,15 +131,6 @@ _STOP = frozenset("the and for with from that this your you are was were has hav
 
 def content_tokens(text: str) -> set[str]:
     return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if len(w) >= 3 and w not in _STOP}
-
-
-def states_verbatim(value_text: str, memory: str) -> bool:
-    """The memory holds the value's words in order (case and punctuation aside): support that
-    needs no checker model. Values under 4 characters ("no", "2") never count, they match by chance."""
-    want = " ".join(re.findall(r"[a-z0-9]+", value_text.lower()))
-    if len(want) < 4:
-        return False
-    return f" {want} " in " " + " ".join(re.findall(r"[a-z0-9]+", memory.lower())) + " "
 
 
 def evidence_supports(value_text: str, sessions: set[str], entries: Sequence[tuple[str, Sequence[str]]],

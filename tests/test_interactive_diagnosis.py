@@ -1,0 +1,41 @@
+"""The write / read / utilization diagnosis of interactive runs, checked on a memory that holds the
+true state: the oracle's memory can lose nothing, so none of its wrong answers is a write or read
+failure, whatever model answers."""
+
+from __future__ import annotations
+
+import pytest
+
+from membuilder.agents.assistants import make_assistant
+from memgym_env.interactive.env import parse_answer
+from memgym_env.interactive.runner import RunConfig, evaluate_one
+from memgym_env.world import WorldConfig, generate_world, write_world
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tiny_chat_path):
+    from membuilder.llm import load_chat_model
+
+    return load_chat_model(tiny_chat_path)
+
+
+def test_a_probe_whose_value_the_memory_states_word_for_word_needs_no_model(tiny_model):
+    oracle = make_assistant("oracle", tiny_model)
+    oracle.reset("u1")
+    oracle.observe([], time="2021-03-01", session_id="s0", facts={"Pet": "a beagle called Max", "City": "Lisbon"})
+    items = [{"question": "Which best describes the user's pet now?",
+              "choices": ["a cat called Tom", "no pet", "a beagle called Max"]}]
+    assert [parse_answer(o, 3) for o in oracle.probe(items, "2021-03-02")] == [2]
+
+
+def test_the_oracle_has_no_write_and_no_read_failures(tiny_model, tmp_path):
+    world = generate_world(WorldConfig(num_users=1, num_periods=3, num_questions=3, changes_per_period=1))
+    path = tmp_path / "world.json"
+    write_world(world, path)
+    cfg = RunConfig(world=str(path), assistant="oracle", out=str(tmp_path / "oracle"), model="tiny", replay="world",
+                    reply_tokens=4, context_tokens=256, factual_recall=False)
+    results = evaluate_one(cfg, world, tiny_model, None, {})
+    o = results["overall"]
+    assert o["write"] == 0 and o["read"] == 0
+    assert o["write"] + o["read"] + o["utilization"] == pytest.approx(1 - o["accuracy"])
+    assert o["accuracy"] == o["upper_bound"]
