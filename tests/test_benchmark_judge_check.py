@@ -66,3 +66,24 @@ def test_best_threshold_separates_the_controls_and_prefers_the_cut_nearest_zero(
 def test_controls_do_not_change_with_a_larger_question_set():
     many = [QAItem(f"q{i}", f"Question {i}?", f"answer {i}") for i in range(40)]
     assert control_pairs(many[:25]) == control_pairs(many)
+
+
+def test_a_run_whose_judge_fails_its_check_reports_no_judge_figure_as_a_result(tmp_path, tiny_chat_path):
+    from pathlib import Path
+
+    from memgym_env.benchmarks.runner import EvalConfig, evaluate, load_model
+
+    locomo = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "locomo" / "locomo10_conv-26.json"
+    cfg = EvalConfig(benchmark="locomo", data=str(locomo), out=str(tmp_path), system="oracle-evidence", limit=6,
+                     answer_max_tokens=4, judge_mode="generate")
+    summary = evaluate(cfg, {"answerer": load_model(tiny_chat_path), "judge": GoldLineJudge(always="CORRECT")},
+                       quiet=True)
+    assert summary["judge_check"]["trusted"] is False and summary["judge_check"]["accepts_wrong"] == 1.0
+    report = (tmp_path / "report.md").read_text()
+    assert "The judge failed its check" in report and "accepting 100% of the known-wrong ones" in report
+    assert "Where answers fail (share of items)" not in report  # the clean-looking split of a yes-sayer
+    assert "by the untrusted judge's verdicts (not a result): correct 100.00%" in report
+    header = next(line for line in report.splitlines() if line.startswith("| category"))
+    assert header.index("f1 %") < header.index("judge acc % (untrusted)")
+    assert "| headline (1-4) | 6 |" in report and "(100.00)" in report
+    assert "Evidence of each question (share of items; needs no judge): not written 0.00%" in report

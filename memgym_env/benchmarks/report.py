@@ -10,6 +10,11 @@
   and weighted F1.
 
 An item whose judge verdict could not be parsed counts as wrong; the count is shown.
+
+A judge that failed its control check (``judge_check``: known-right and known-wrong answers)
+is not reported as a result: its accuracy column moves behind the judge-free columns (token F1,
+recall@k, evidence retrieved) and is marked untrusted, and the failure split it drives is shown
+as untrusted beside the judge-free split (was the evidence written, was it retrieved).
 """
 
 from __future__ import annotations
@@ -45,10 +50,31 @@ def _group(records: list[Record]) -> dict[str, Any]:
     diag = [r["diagnosis"] for r in records if r.get("diagnosis")]
     if diag:
         out["diagnosis"] = {k: diag.count(k) / len(records) for k in ("correct", "write", "read", "answer")}
+    located = [r for r in records if r.get("written") is not None]
+    if located:  # needs no judge: was the evidence written to memory, and was it retrieved?
+        out["evidence_split"] = {
+            "not_written": sum(not r["written"] for r in located) / len(located),
+            "not_retrieved": sum(bool(r["written"]) and not r.get("evidence_retrieved") for r in located) / len(located),
+            "retrieved": sum(bool(r["written"]) and bool(r.get("evidence_retrieved")) for r in located) / len(located)}
     return out
 
 
-def summarize(benchmark: str, records: list[Record]) -> dict[str, Any]:
+def judge_trusted(summary: dict[str, Any]) -> bool:
+    """False only when the run's judge check ran and the judge failed it."""
+    return (summary.get("judge_check") or {}).get("trusted") is not False
+
+
+def summarize(benchmark: str, records: list[Record], judge_check: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The benchmark's numbers; ``judge_check`` (the run's, see ``judge_check.check_judge``) is kept
+    in the summary so every rendering knows whether the judge columns are results."""
+    out = _summarize(benchmark, records)
+    if judge_check and judge_check.get("n"):
+        out["judge_check"] = {k: judge_check.get(k) for k in ("n", "agreement", "accepts_wrong", "rejects_gold",
+                                                               "trusted")}
+    return out
+
+
+def _summarize(benchmark: str, records: list[Record]) -> dict[str, Any]:
     by_cat: dict[Any, list[Record]] = defaultdict(list)
     for r in records:
         by_cat[r["category"]].append(r)
@@ -90,10 +116,18 @@ def table_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """Header and rows of the per-category table (also the headline lines)."""
     metrics = [m for m in ("f1", "recall_at_k", "anchor_coverage", "evidence_retrieved")
                if any(m in g for g in summary["categories"].values())]
-    header = ["category", "n", "judge acc %", *[f"{m} %" for m in metrics], "unparsed"]
+    if judge_trusted(summary):
+        header = ["category", "n", "judge acc %", *[f"{m} %" for m in metrics], "unparsed"]
 
-    def row(label: str, g: dict[str, Any]) -> list[str]:
-        return [label, str(g["count"]), _pct(g["accuracy"]), *[_pct(g.get(m)) for m in metrics], str(g["unparsed_verdicts"])]
+        def row(label: str, g: dict[str, Any]) -> list[str]:
+            return [label, str(g["count"]), _pct(g["accuracy"]), *[_pct(g.get(m)) for m in metrics],
+                    str(g["unparsed_verdicts"])]
+    else:  # the judge failed its check: the judge-free columns lead, the judge's accuracy is bracketed
+        header = ["category", "n", *[f"{m} %" for m in metrics], "judge acc % (untrusted)", "unparsed"]
+
+        def row(label: str, g: dict[str, Any]) -> list[str]:
+            acc = "-" if g["accuracy"] is None else f"({_pct(g['accuracy'])})"
+            return [label, str(g["count"]), *[_pct(g.get(m)) for m in metrics], acc, str(g["unparsed_verdicts"])]
 
     rows = []
     for key, g in summary["categories"].items():
@@ -107,7 +141,11 @@ def table_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         rows.append(row("overall", summary["overall"]))
         if summary["benchmark"] == "longmemeval":
             rows.append(row("abstention (_abs)", summary["abstention"]))
-            rows.append(["task-averaged", "", _pct(summary["task_averaged_accuracy"]), *[""] * (len(header) - 3)])
+            avg = _pct(summary["task_averaged_accuracy"])
+            at = header.index("judge acc %" if judge_trusted(summary) else "judge acc % (untrusted)")
+            cells = ["task-averaged", "", *[""] * (len(header) - 2)]
+            cells[at] = avg if judge_trusted(summary) else f"({avg})"
+            rows.append(cells)
     return header, rows
 
 
@@ -125,9 +163,19 @@ def markdown(summary: dict[str, Any], run: dict[str, Any] | None = None) -> str:
                   "category 5 is reported apart.", ""]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
-    diag = summary.get("overall", summary.get("headline", {})).get("diagnosis")
+    scope = summary.get("overall", summary.get("headline", {}))
+    diag, split = scope.get("diagnosis"), scope.get("evidence_split")
+    if not judge_trusted(summary):
+        lines += ["", untrusted_warning(summary)]
     if diag:
-        lines += ["", "Where answers fail (share of items): " + ", ".join(f"{k} {_pct(v)}%" for k, v in diag.items())]
+        split_text = ", ".join(f"{k} {_pct(v)}%" for k, v in diag.items())
+        if judge_trusted(summary):
+            lines += ["", "Where answers fail (share of items): " + split_text]
+        else:
+            lines += ["", "Where answers fail, by the untrusted judge's verdicts (not a result): " + split_text]
+    if split:
+        lines += ["", "Evidence of each question (share of items; needs no judge): "
+                  + ", ".join(f"{k.replace('_', ' ')} {_pct(v)}%" for k, v in split.items())]
     if run and run.get("system") == "membuilder" and summary["benchmark"] != "perltqa":
         # A constructed entry does not keep the turn it came from, only its session.
         lines += ["", "recall_at_k here is session-level: a MemBuilder entry counts as holding every turn of the "
@@ -144,6 +192,15 @@ def markdown(summary: dict[str, Any], run: dict[str, Any] | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def untrusted_warning(summary: dict[str, Any]) -> str:
+    jc = summary["judge_check"]
+    pct = lambda x: "-" if x is None else f"{100 * x:.0f}%"  # noqa: E731
+    return (f"**The judge failed its check**: on {jc['n']} control answers it agreed with the truth on "
+            f"{pct(jc['agreement'])}, accepting {pct(jc['accepts_wrong'])} of the known-wrong ones. Its accuracy and "
+            "the failure split it drives are not results here; token F1, recall@k and evidence retrieved are. "
+            "Use a stronger `--judge`.")
+
+
 def print_table(summary: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -155,6 +212,8 @@ def print_table(summary: dict[str, Any]) -> None:
     for r in rows:
         table.add_row(*r)
     console = Console()
+    if not judge_trusted(summary):
+        console.print(untrusted_warning(summary).replace("**", ""))
     if summary["benchmark"] == "locomo":
         console.print("LoCoMo categories: " + ", ".join(f"{k} {v}" for k, v in summary["category_mapping"].items()))
     console.print(table)
@@ -173,7 +232,8 @@ def plot(summary: dict[str, Any], path: str | Path) -> Path:
 
     cats = summary["categories"]
     labels = [f"{k}\n{g['name']}" if "name" in g else k for k, g in cats.items()]
-    series = [("judge acc", [g["accuracy"] or 0.0 for g in cats.values()])]
+    judge = "judge acc" if judge_trusted(summary) else "judge acc (untrusted)"
+    series = [(judge, [g["accuracy"] or 0.0 for g in cats.values()])]
     for metric in ("f1", "recall_at_k"):
         if any(metric in g for g in cats.values()):
             series.append((metric, [g.get(metric) or 0.0 for g in cats.values()]))

@@ -348,7 +348,7 @@ def _evaluate(cfg: EvalConfig, out: Path, models: dict[str, Any] | None, quiet: 
         bar.close()
     _judge_check(cfg, run, models, stages, [q for _, q in selected])
     records = [done[q.id] for _, q in selected]
-    summary = summarize(cfg.benchmark, records)
+    summary = summarize(cfg.benchmark, records, run.get("judge_check"))
     run["invocations"].append({"time": time.strftime("%Y-%m-%d %H:%M:%S"), "items_computed": n_pending,
                                "items_reused": len(records) - n_pending, "stages": stages,
                                "wall_s": round(time.perf_counter() - started, 3),
