@@ -1,6 +1,9 @@
 """Answering and grading a session's questions from each candidate's memory (MemoryGym-v0's r_task).
 
-Three modes: ``evidence`` (no model: is the gold fact in the context the answerer would read),
+Three modes: ``evidence`` (no model: is the gold fact in the context the answerer would read; for a
+question whose gold is a date, ``meta["about"]`` names the value the date is about and one line
+of Core or one retrieved entry must hold both: several facts share a session date, so a bare date
+would count every line of that session),
 ``choice`` (the answerer picks an option by log-probability) and ``llm`` (the answerer writes an
 answer, a judge grades it with a named judge prompt). Identical prompts (two candidates that
 built the same memory) are asked once, and each kind of call is one batch for all candidates.
@@ -43,8 +46,22 @@ def _norm(text: str) -> str:
 
 
 def gold_in_context(item: QAItem, context: str) -> bool:
-    """Evidence mode: the gold fact (or any listed phrasing of it) appears in the context."""
-    return _golds_in(_golds(item), _norm(context))
+    """Evidence mode: the gold fact (or any listed phrasing of it) appears in the context; a date
+    about a value (``meta["about"]``) counts only on a line that also holds the value."""
+    return _found(_golds(item), _about(item), context.splitlines())
+
+
+def _about(item: QAItem) -> list[str]:
+    about = item.meta.get("about")
+    return [_norm(str(about))] if about and _norm(str(about)) else []
+
+
+def _found(golds: Sequence[str], about: Sequence[str], units: Sequence[str], norm=None) -> bool:
+    """The golds in the joined ``units``; with ``about``, both in one unit (a line or an entry)."""
+    norm = norm or _norm
+    if not about:
+        return _golds_in(golds, " ".join(x for x in (norm(u) for u in units) if x))
+    return any(_golds_in(golds, n) and _golds_in(about, n) for n in (norm(u) for u in units))
 
 
 def _golds(item: QAItem) -> list[str]:
@@ -71,15 +88,20 @@ def _evidence_rows(forks: Sequence[MemoryBank], hits_of: Sequence[Sequence[Seque
     # once, and each text normalised once (normalising the parts and joining them equals
     # normalising the joined context: no word spans the line breaks between them).
     golds = [_golds(q) for q in questions]
+    abouts = [_about(q) for q in questions]
     normed: dict[str, str] = {}
+
+    def norm(t: str) -> str:
+        return normed[t] if t in normed else normed.setdefault(t, _norm(t))
+
     found: dict[tuple, bool] = {}
     for c, fork in enumerate(forks):
         for i in range(len(questions)):
             texts = (fork.core.text, *(h.entry.text for h in hits_of[c][i]))
             key = (i, texts)
             if key not in found:
-                parts = [normed[t] if t in normed else normed.setdefault(t, _norm(t)) for t in texts]
-                found[key] = _golds_in(golds[i], " ".join(x for x in parts if x))
+                units = (*fork.core.text.splitlines(), *texts[1:]) if abouts[i] else texts
+                found[key] = _found(golds[i], abouts[i], units, norm)
             rows[c][i]["correct"] = found[key]
             rows[c][i]["answer"] = "found" if found[key] else "absent"
 

@@ -84,3 +84,23 @@ def test_period_questions_mark_the_current_answer():
     items = period_questions(user, 2)
     assert items[0].answer == items[0].choices[2]
     assert items[0].meta["required_info"] == ["diet_type", "home_city_size"]
+
+
+def test_a_temporal_question_names_the_value_its_date_is_about(user):
+    temporal = [q for q in session_qa(user) if q.category == "temporal"]
+    assert temporal and all(q.meta.get("about") for q in temporal)
+    states = {ref.id: ref.session.exposed_states for ref in user.sessions()}
+    for q in temporal:  # the value was revealed in the evidence session
+        [var] = q.meta["variables"]
+        assert user.info(var).text(states[q.evidence[-1]][var]) == q.meta["about"]
+
+
+def test_evidence_mode_counts_a_date_only_beside_the_fact_it_dates(user):
+    from memgym_env.session_answers import gold_in_context
+
+    q = next(q for q in session_qa(user) if q.category == "temporal")
+    other_fact = f"{q.answer}: talked about the weather | Details: nothing personal."
+    assert not gold_in_context(q, f"Core: likes tea\n{other_fact}\nEarlier: {q.meta['about']} (some other day)")
+    assert gold_in_context(q, f"Core: likes tea\n{q.answer}: the user said: {q.meta['about']}.")
+    single = next(q for q in session_qa(user) if q.category == "single-session")
+    assert "about" not in single.meta and gold_in_context(single, f"note one\n{single.answer}")

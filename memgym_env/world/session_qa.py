@@ -7,7 +7,9 @@ multiple-choice options (MemBuilder's mix, protocols §2):
 * single-session: a value the user revealed in this session ("How do I make my coffee?");
 * multi-session: this session plus an earlier one (a value before and after a change, or a
   value revealed now together with one revealed earlier);
-* temporal: when something was said or changed ("When did I first mention ...?").
+* temporal: when something was said or changed ("When did I first mention ...?"); its gold is
+  a date, and ``meta["about"]`` holds the value that date is about, so evidence scoring can ask
+  for the fact (the date with the value), not any line that carries the same date.
 
 The mix (default 50/30/20) and the count per session come from ``SessionQAConfig``; when a
 category has too few candidates for a session the others fill in, so every session that reveals
@@ -46,6 +48,7 @@ class _Candidate:
     wrong: list[str]
     evidence: list[str]
     variables: list[str]
+    about: str | None = None  # temporal: the value the date is about
 
 
 def category_counts(n: int, mix: dict[str, float]) -> dict[str, int]:
@@ -82,10 +85,11 @@ def _candidates(user: WorldUser, said_now: list[_Said], said_before: list[_Said]
         other_dates = [d for d in dates if d != s.date]
         if s.old is None:
             out.append(_Candidate("temporal", f"When did I first tell you about my {i.title.lower()}?",
-                                  s.date, other_dates, [s.session_id], [s.var]))
+                                  s.date, other_dates, [s.session_id], [s.var], about=i.text(s.value)))
         else:
             out.append(_Candidate("temporal", f"When did I mention that my {i.title.lower()} had changed to "
-                                  f"{i.text(s.value)}?", s.date, other_dates, [s.session_id], [s.var]))
+                                  f"{i.text(s.value)}?", s.date, other_dates, [s.session_id], [s.var],
+                                  about=i.text(s.value)))
             before = latest_before.get(s.var)
             pairs = [(a, b) for a in values[s.var] for b in values[s.var] if a != b and (a, b) != (s.old, s.value)]
             fmt = lambda a, b, i=i: f"before: {i.text(a)}; now: {i.text(b)}"  # noqa: E731
@@ -107,7 +111,8 @@ def _candidates(user: WorldUser, said_now: list[_Said], said_before: list[_Said]
         if earlier.old is not None and var not in {x.var for x in said_now}:
             j = info[var]
             out.append(_Candidate("temporal", f"When did I last tell you that my {j.title.lower()} changed?",
-                                  earlier.date, [d for d in dates if d != earlier.date], [earlier.session_id], [var]))
+                                  earlier.date, [d for d in dates if d != earlier.date], [earlier.session_id], [var],
+                                  about=j.text(earlier.value)))
     return out
 
 
@@ -144,7 +149,8 @@ def session_qa(user: WorldUser, config: SessionQAConfig | None = None, seed: int
             items.append(QAItem(
                 id=f"{user.id}:{ref.id}:q{k}", question=cand.question, answer=cand.answer, category=cand.category,
                 evidence=list(dict.fromkeys(cand.evidence)), session=ref.id, question_date=s.session_time,
-                choices=_choices(cand.answer, cand.wrong, rng), meta={"variables": cand.variables},
+                choices=_choices(cand.answer, cand.wrong, rng),
+                meta={"variables": cand.variables, **({"about": cand.about} if cand.about else {})},
             ))
         said_before += said_now
     return items
