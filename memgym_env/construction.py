@@ -99,7 +99,7 @@ class MemoryGymEnv(gym.Env):
     | `conversation_path`, `qa_path`, `expert_path` | `None` | conversation source files |
     | `answer_mode` | `"choice"` | `"choice"` (log-prob multiple choice), `"llm"` (answer + judge), `"evidence"` (no model) |
     | `answerer`, `judge`, `embedder` | `smollm2-135m`, answerer, `minilm` | model specs |
-    | `judge_prompt` | `"locomo"` | the judge prompt that grades `llm` answers (`locomo`, `longmemeval`, `perltqa`) |
+    | `judge_prompt` | `"locomo"` | the judge prompt that grades `llm` answers (`locomo`: Mem0's generous J as published, `locomo-strict`, `longmemeval`, `perltqa`) |
     | `answer_max_tokens`, `judge_max_tokens` | 48, 24 | token limits; a reply cut at its limit is counted in `info` |
     | `chat_template_kwargs` | `{"enable_thinking": false}` | rendered into every answerer/judge prompt, local or served (Qwen3: answer, do not think) |
     | `snapshot` | `"expert"` | restore the expert's memory before each session, or `"on_policy"` |

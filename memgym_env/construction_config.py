@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from membuilder.reward import LAMBDA, check_lambda
+from memgym_env.benchmarks.judges import JUDGE_PROMPTS
 from memgym_env.session_answers import ANSWER_MODES
 
 SNAPSHOT_MODES = ("expert", "on_policy")
-JUDGE_PROMPTS = ("locomo", "longmemeval", "perltqa")
 
 
 @dataclass

@@ -87,3 +87,7 @@ def test_a_run_whose_judge_fails_its_check_reports_no_judge_figure_as_a_result(t
     assert header.index("f1 %") < header.index("judge acc % (untrusted)")
     assert "| headline (1-4) | 6 |" in report and "(100.00)" in report
     assert "Evidence of each question (share of items; needs no judge): not written 0.00%" in report
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["run"]["judge_prompt"]["name"] == "locomo" and len(results["run"]["judge_prompt"]["sha256"]) == 64
+    assert f"- judge_prompt: `locomo (sha256 {results['run']['judge_prompt']['sha256'][:12]})`" in report
+    assert "MemBuilder's 84.23 may count category 5" in report

@@ -105,6 +105,21 @@ def test_locomo_adversarial_item_without_gold_is_judged_on_declining():
     assert '{"label": "CORRECT"}' in text
 
 
+def test_locomo_judge_defaults_to_the_published_generous_criteria_and_keeps_the_strict_prompt():
+    from memgym_env.benchmarks.judges import prompt_identity, prompt_name
+
+    [conv] = read_locomo(LOCOMO)
+    q = next(q for q in conv.qa if q.category == 2)
+    generous = judge_prompt(prompt_name("locomo"), q, "last week")[1]["content"]
+    assert "touches on the same topic" in generous and "in any format" in generous and '"label"' in generous
+    strict = judge_prompt(prompt_name("locomo", "strict"), q, "last week")[1]["content"]
+    assert "leaves out the key fact" in strict and "same topic" not in strict
+    ids = {name: prompt_identity(name) for name in ("locomo", "locomo-strict")}
+    assert ids["locomo"]["sha256"] != ids["locomo-strict"]["sha256"] and len(ids["locomo"]["sha256"]) == 64
+    with pytest.raises(ValueError, match="expected 'published'"):
+        prompt_name("longmemeval", "strict")
+
+
 def test_longmemeval_prompt_follows_the_type_rules():
     convs = {c.qa[0].category: c.qa[0] for c in read_longmemeval(LME_ORACLE) if not c.qa[0].meta["abstention"]}
     assert "off-by-one" in judge_prompt("longmemeval", convs["temporal-reasoning"], "x")[1]["content"]

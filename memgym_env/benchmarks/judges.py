@@ -1,18 +1,31 @@
 """LLM-judge prompts and verdict parsing for the three benchmarks (our wording; the rules are
 the published ones, protocols §5).
 
-- LoCoMo "J": generous CORRECT/WRONG, returned as a JSON object ``{"label": ...}``. Category 5
-  items without a gold answer are judged on whether the answer declines.
-- LongMemEval: a yes/no question per item, with the per-type rules (temporal tolerates
-  off-by-one counts, knowledge-update accepts old information next to the new answer,
-  preference is graded against a rubric, abstention wants a refusal); correct iff "yes".
-- PerLTQA: CORRECT/WRONG against the reference answer, same JSON form as LoCoMo.
+- LoCoMo "J" (prompt ``locomo``): the published, generous criteria of Mem0's judge that
+  MemBuilder reuses (protocols §6): an answer that touches on the same topic as the gold answer
+  is CORRECT, a date in any format (or a relative phrase) that refers to the same date is
+  CORRECT; the label comes back as a JSON object ``{"label": ...}``. ``locomo-strict`` is a
+  stricter prompt of ours (the right thing, not only the topic; a missing key fact is WRONG):
+  its scores are not comparable with published J. Category 5 items without a gold answer are
+  judged on whether the answer declines (both prompts).
+- LongMemEval (``longmemeval``): a yes/no question per item, with the per-type rules of the
+  official grader, checked one by one: the plain rule (contains the answer, an equivalent, or
+  all intermediate steps; a subset is no), temporal-reasoning tolerates off-by-one counts of
+  days, weeks or months, knowledge-update accepts older information beside the updated answer,
+  single-session-preference is graded against the rubric and needs the personal information
+  recalled and used correctly (not every rubric point), abstention (``_abs``) wants the question
+  recognised as unanswerable; correct iff "yes".
+- PerLTQA (``perltqa``): CORRECT/WRONG against the reference answer, same JSON form as LoCoMo.
+
+A report names the prompt that graded it and the SHA-256 of its text (``prompt_identity``),
+because the prompt can move a headline by tens of points.
 
 A verdict that cannot be parsed is ``None``; the report counts it as wrong and says how many.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -28,6 +41,17 @@ _LABEL_REPLY = 'Reply with one JSON object and nothing else: {"label": "CORRECT"
 _YES_NO_REPLY = "Reply with the single word yes or no."
 
 _LOCOMO = """Question: {question}
+Gold answer: {gold}
+Generated answer: {response}
+
+Grade the generated answer CORRECT or WRONG, and be generous. The gold answer is short; the
+generated one may be much longer. As long as it touches on the same topic as the gold answer, it
+is CORRECT. For a question about time, it is CORRECT when it refers to the same date or period
+as the gold answer, in any format ("May 7th", "7 May 2023") or by a relative phrase ("last
+Tuesday") that points there. Otherwise it is WRONG.
+{reply}"""
+
+_LOCOMO_STRICT = """Question: {question}
 Gold answer: {gold}
 Generated answer: {response}
 
@@ -99,14 +123,45 @@ different, or the answer says it does not know.
 {reply}"""
 
 
+# Each judge prompt by name, with the templates it may use (what its hash covers).
+PROMPT_TEXTS = {
+    "locomo": (_SYSTEM, _LOCOMO, _LOCOMO_ADVERSARIAL, _LABEL_REPLY),
+    "locomo-strict": (_SYSTEM, _LOCOMO_STRICT, _LOCOMO_ADVERSARIAL, _LABEL_REPLY),
+    "longmemeval": (_SYSTEM, _LME_PLAIN, *_LME_EXTRA.values(), _LME_PREFERENCE, _LME_ABSTENTION, _YES_NO_REPLY),
+    "perltqa": (_SYSTEM, _PERLTQA, _LABEL_REPLY),
+}
+JUDGE_PROMPTS = tuple(PROMPT_TEXTS)
+
+
+def prompt_name(benchmark: str, variant: str = "published") -> str:
+    """The judge prompt of ``benchmark``: ``published`` (its published criteria) or ``strict``
+    (LoCoMo only: our stricter prompt, kept for comparison with earlier runs)."""
+    if variant == "published":
+        return benchmark
+    if variant == "strict" and benchmark == "locomo":
+        return "locomo-strict"
+    raise ValueError(f"judge prompt {variant!r} for {benchmark}: expected 'published'"
+                     + (" or 'strict'" if benchmark == "locomo" else ""))
+
+
+def prompt_identity(name: str) -> dict[str, str]:
+    """The prompt's name and the SHA-256 of its templates, as a report records them."""
+    if name not in PROMPT_TEXTS:
+        raise ValueError(f"no judge prompt {name!r}; expected one of {JUDGE_PROMPTS}")
+    text = "\n\n".join(PROMPT_TEXTS[name])
+    return {"name": name, "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
+
+
 def judge_prompt(benchmark: str, item: QAItem, response: str) -> list[dict[str, str]]:
-    """The chat messages that ask a judge to grade ``response`` to ``item``."""
+    """The chat messages that ask a judge to grade ``response`` to ``item``; ``benchmark`` names
+    the prompt (a benchmark, or ``locomo-strict``)."""
     fields: dict[str, Any] = {"question": item.question, "gold": item.answer, "response": response.strip() or "(empty)"}
-    if benchmark == "locomo":
+    if benchmark in ("locomo", "locomo-strict"):
         if item.answer is None:
             text = _LOCOMO_ADVERSARIAL.format(adversarial=item.meta.get("adversarial_answer", ""), reply=_LABEL_REPLY, **fields)
         else:
-            text = _LOCOMO.format(reply=_LABEL_REPLY, **fields)
+            template = _LOCOMO if benchmark == "locomo" else _LOCOMO_STRICT
+            text = template.format(reply=_LABEL_REPLY, **fields)
     elif benchmark == "longmemeval":
         if item.meta.get("abstention"):
             text = _LME_ABSTENTION.format(reply=_YES_NO_REPLY, **fields)

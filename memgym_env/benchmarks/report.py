@@ -153,7 +153,7 @@ def markdown(summary: dict[str, Any], run: dict[str, Any] | None = None) -> str:
     header, rows = table_rows(summary)
     lines = [f"# {summary['benchmark']} results", ""]
     if run:
-        for key in ("system", "model", "answerer", "judge", "embedder", "data", "seed"):
+        for key in ("system", "model", "answerer", "judge", "judge_prompt", "embedder", "data", "seed"):
             if run.get(key) is not None:
                 lines.append(f"- {key}: `{run[key]}`")
         lines.append("")
@@ -161,6 +161,11 @@ def markdown(summary: dict[str, Any], run: dict[str, Any] | None = None) -> str:
         mapping = ", ".join(f"{k} = {v}" for k, v in summary["category_mapping"].items())
         lines += [f"Category numbers as in `locomo10.json`: {mapping}. Headline = categories 1-4; "
                   "category 5 is reported apart.", ""]
+        if run and str(run.get("judge_prompt", "")).startswith("locomo-strict"):
+            lines += ["Judged with our strict prompt (`--judge-prompt strict`): not comparable with published J "
+                      "scores, which use the generous criteria (same topic counts, dates in any format).", ""]
+        lines += ["Published LoCoMo J scores to compare with: MemBuilder's 84.23 may count category 5 items, whose "
+                  "gold answers are empty in `locomo10.json`; this headline leaves them out.", ""]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     scope = summary.get("overall", summary.get("headline", {}))

@@ -35,7 +35,7 @@ from memgym_env.conversation import Conversation, QAItem
 from . import load_benchmark
 from .answering import answer_prompt
 from .judge_check import check_judge, control_pairs, describe
-from .judges import judge_batch
+from .judges import judge_batch, prompt_identity, prompt_name
 from .locomo import LOCOMO_CATEGORIES
 from .locomo_f1 import locomo_f1
 from .memory_classification import classify
@@ -81,8 +81,15 @@ class EvalConfig:
                                                               "verdict wins), calibrated (logprob with the margin cut "
                                                               "fitted on the judge check's controls), auto (logprob "
                                                               "for local models)"})
+    judge_prompt: str = field(default="published", metadata={
+        "help": "published (the benchmark's published judge criteria; LoCoMo: Mem0's generous J) or strict "
+                "(LoCoMo only: our stricter prompt, not comparable with published J scores)"})
     judge_check: bool = field(default=True, metadata={"help": "grade known-right and known-wrong control answers "
                                                                "to see whether the judge can be trusted"})
+
+    def judge_prompt_name(self) -> str:
+        """The name of the judge prompt in ``judges.PROMPT_TEXTS`` (e.g. ``locomo``, ``locomo-strict``)."""
+        return prompt_name(self.benchmark, self.judge_prompt)
 
     # Fields that change the numbers: a rerun must agree on all of them to reuse results.
     def fingerprint(self) -> dict[str, Any]:
@@ -288,6 +295,7 @@ def _evaluate(cfg: EvalConfig, out: Path, models: dict[str, Any] | None, quiet: 
     from tqdm import tqdm
 
     started = time.perf_counter()
+    cfg.judge_prompt_name()  # an unknown --judge-prompt is refused before anything is written
     run = _check_resume(out, cfg)
     convs, problems = load_benchmark(cfg.benchmark, cfg.data, cfg.qa_data, cfg.skip_bad, limit=cfg.limit)
     selected: list[tuple[Conversation, QAItem]] = [(c, q) for c in convs for q in c.qa][: cfg.limit]
@@ -329,7 +337,7 @@ def _evaluate(cfg: EvalConfig, out: Path, models: dict[str, Any] | None, quiet: 
                     with _Stage(stages, "answer", models["answerer"]):
                         answers = _answer(cfg, models["answerer"], conv, batch, contexts)
                     with _Stage(stages, "judge", models["judge"]):
-                        verdicts = judge_batch(models["judge"], cfg.benchmark, batch, answers, cfg.judge_max_tokens,
+                        verdicts = judge_batch(models["judge"], cfg.judge_prompt_name(), batch, answers, cfg.judge_max_tokens,
                                                cfg.judge_mode, threshold=threshold)
                     kinds: list[str | None] = [None] * len(batch)
                     if cfg.benchmark == "perltqa":  # PerLTQA's memory classification, by the answer model
@@ -357,7 +365,9 @@ def _evaluate(cfg: EvalConfig, out: Path, models: dict[str, Any] | None, quiet: 
     run.update(versions=_versions(), skipped_records=problems.count, skipped_messages=problems.messages[:50],
                limit=cfg.limit, questions=len(records))
     _write_json(out / "run.json", run)
-    meta = {**cfg.fingerprint(), "limit": cfg.limit}
+    ident = prompt_identity(cfg.judge_prompt_name())
+    run["judge_prompt"] = ident
+    meta = {**cfg.fingerprint(), "limit": cfg.limit, "judge_prompt": f"{ident['name']} (sha256 {ident['sha256'][:12]})"}
     _write_json(out / "results.json", {"run": run, "summary": summary, "items": records})
     (out / "report.md").write_text(markdown(summary, meta) + _report_footer(run), encoding="utf-8")
     plot(summary, out / "plot.png")
@@ -379,7 +389,8 @@ def _judge_check(cfg: EvalConfig, run: dict[str, Any], models: dict[str, Any], s
             models["judge"] = load_model(cfg.judge)
             stages.setdefault("load", {"wall_s": 0.0})["wall_s"] += time.perf_counter() - t0
         with _Stage(stages, "judge_check", models["judge"]):
-            run["judge_check"] = check_judge(models["judge"], cfg.benchmark, items, cfg.judge_max_tokens, cfg.judge_mode)
+            run["judge_check"] = check_judge(models["judge"], cfg.judge_prompt_name(), items, cfg.judge_max_tokens,
+                                             cfg.judge_mode)
     return run["judge_check"]
 
 
