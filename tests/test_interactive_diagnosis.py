@@ -38,4 +38,24 @@ def test_the_oracle_has_no_write_and_no_read_failures(tiny_model, tmp_path):
     o = results["overall"]
     assert o["write"] == 0 and o["read"] == 0
     assert o["write"] + o["read"] + o["utilization"] == pytest.approx(1 - o["accuracy"])
-    assert o["accuracy"] == o["upper_bound"]
+
+
+def test_the_upper_bound_shows_one_choice_state_of_the_required_variables_and_is_looked_up_per_period(tiny_model):
+    import json
+
+    from memgym_env.interactive.checks import upper_bound, upper_bound_prompts, upper_bound_table
+
+    user = generate_world(WorldConfig(num_users=1, num_periods=3, num_questions=2, changes_per_period=1))[0]
+    keys, convs = upper_bound_prompts(user)
+    assert keys == [(q, c) for q, question in enumerate(user.qas) for c in range(len(question.answer_choices))]
+    for (q, c), conv in zip(keys, convs, strict=True):
+        question = user.qas[q]
+        shown = json.loads(conv[-1]["content"].split("(JSON):\n")[1].split("\n")[0])
+        want = {user.info(v).title: user.info(v).text(x)
+                for v, x in zip(question.required_info, question.answer_choices[c].state, strict=True)}
+        assert shown == want  # only the question's variables, with that choice's values
+    table = upper_bound_table(tiny_model, user)
+    assert set(table) == set(keys)
+    for p, period in enumerate(user.periods):
+        assert upper_bound(tiny_model, user, p, table) == [table[(q, question.correct_choice(period.state))]
+                                                           for q, question in enumerate(user.qas)]

@@ -1,7 +1,9 @@
-"""Oracle assistant: handed the user's true current state, it answers as well as the model can.
+"""Oracle assistant: its memory is the user's whole true state at the latest session.
 
-Its accuracy is the upper bound S_UB of the memory score (the same model answering with the true
-state given); ``facts_prompt`` is the one prompt both use, so they agree by construction.
+A reference row beside the upper bound S_UB, which (as published) shows the model only the
+values of each question's required variables; with the whole state the oracle also has the
+distractors of the other variables, so its accuracy can differ from S_UB. Its diagnosis is
+exact: the memory holds every current value, so it has no write or read failures.
 """
 
 from __future__ import annotations

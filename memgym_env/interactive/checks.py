@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from membuilder import prompts
-from membuilder.agents.assistant import bound, fit_newest
-from membuilder.agents.choice import score_options
-from membuilder.agents.oracle import OracleAssistant
-from memgym_env.interactive.env import QUESTION, choice_or_random, eval_items
+from membuilder.agents.assistant import SYSTEM, bound, fit_newest, numbered
+from membuilder.agents.choice import best_option, score_options
 from memgym_env.interactive.metrics import evidence_supports, new_facts, states_verbatim
 from memgym_env.world.types import WorldUser
 
@@ -19,17 +18,38 @@ def readable_state(user: WorldUser, state: Mapping[str, str]) -> dict[str, str]:
     return {user.info(v).title: user.info(v).text(x) for v, x in state.items()}
 
 
-def upper_bound(model, user: WorldUser, period: int, seed: int) -> list[bool]:
-    """Per question: is the model right when handed the true state? (the oracle's own prompt)."""
-    end = user.periods[period].period_end
-    oracle = OracleAssistant(model)
-    oracle.answer_purpose = "upper_bound"
-    oracle.reset(user.id)
-    oracle.observe([], time=end, session_id="truth", facts=readable_state(user, user.periods[period].state))
-    items = [it for it in eval_items(user, period, probes=False) if it.kind == QUESTION]
-    outs = oracle.answer([it.public() for it in items], end)
-    return [choice_or_random(o, len(it.choices), f"{seed}-{user.id}-{period}-{it.id}")[0] == it.correct
-            for o, it in zip(outs, items, strict=True)]
+def upper_bound_prompts(user: WorldUser) -> tuple[list[tuple[int, int]], list[list[dict[str, str]]]]:
+    """(question, choice) keys and their prompts: the query, then only the question's
+    ``required_info`` variables with that choice's values as JSON, then the numbered choices."""
+    keys, convs = [], []
+    for q, question in enumerate(user.qas):
+        choices = [c.answer for c in question.answer_choices]
+        for c, choice in enumerate(question.answer_choices):
+            state = {user.info(v).title: user.info(v).text(x)
+                     for v, x in zip(question.required_info, choice.state, strict=True)}
+            text = prompts.render("upper_bound_choice", state=json.dumps(state, ensure_ascii=False),
+                                  question=question.query, choices=numbered(choices))
+            convs.append([{"role": "system", "content": SYSTEM}, {"role": "user", "content": text}])
+            keys.append((q, c))
+    return keys, convs
+
+
+def upper_bound_table(model, user: WorldUser) -> dict[tuple[int, int], bool]:
+    """{(question, choice): does the model pick that choice when shown the choice's state}.
+    AMemGym's upper bound (``eval/upperbound.py``, protocols §6): each (question, choice state) is
+    asked once, in one batch, and looked up per period by ``upper_bound``."""
+    keys, convs = upper_bound_prompts(user)
+    labels = [[str(i) for i in range(1, len(user.qas[q].answer_choices) + 1)] for q, _ in keys]
+    scores = score_options(bound(model, "upper_bound"), convs, labels)
+    return {key: best_option(s) == key[1] for key, s in zip(keys, scores, strict=True)}
+
+
+def upper_bound(model, user: WorldUser, period: int, table: dict[tuple[int, int], bool] | None = None) -> list[bool]:
+    """Per question of ``period``: is the model right when shown the current values of the
+    question's required variables? Looked up in ``upper_bound_table`` (computed when not given)."""
+    table = upper_bound_table(model, user) if table is None else table
+    state = user.periods[period].state
+    return [table[(q, question.correct_choice(state))] for q, question in enumerate(user.qas)]
 
 
 def period_facts(user: WorldUser, period: int) -> list[dict[str, Any]]:

@@ -5,7 +5,8 @@ Shapes: ``[users, periods]`` for per-period scores, NaN where a user has no such
 * accuracy S: share of a period's questions answered correctly.
 * random S_random: mean of 1/(number of choices) over the period's questions (about 0.231 in
   AMemGym's base world).
-* upper bound S_UB: accuracy of the same model answering with the true state given (the oracle).
+* upper bound S_UB: accuracy of the same model shown only the current values of each question's
+  ``required_info`` (AMemGym's ``eval/upperbound.py``; ``checks.upper_bound``).
 * memory score per user and period: (S - S_random) / (S_UB - S_random); undefined (NaN, left
   out of the average) when S_UB <= S_random, where it cannot be normalised.
 * diagnosis: each wrong answer gets exactly one label (``failure_label``), so over the same

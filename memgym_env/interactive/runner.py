@@ -25,7 +25,13 @@ from membuilder.llm import load_chat_model
 from membuilder.llm.embedders import load_embedder
 from membuilder.llm.registry import TRAINED_POLICY, constructor_spec
 from memgym_env.interactive import evolution
-from memgym_env.interactive.checks import factual_recall_flags, period_facts, readable_state, upper_bound
+from memgym_env.interactive.checks import (
+    factual_recall_flags,
+    period_facts,
+    readable_state,
+    upper_bound,
+    upper_bound_table,
+)
 from memgym_env.interactive.env import MESSAGE, InteractiveEnv
 from memgym_env.interactive.results import collect_results, write_report
 from memgym_env.interactive.run_files import RUN_FILE, finished_periods, period_dir, write_json
@@ -193,7 +199,9 @@ class UserRun:
         cfg, user = self.cfg, self.user
         key = (user.id, period)
         if key not in self.upper_cache:
-            self.upper_cache[key] = upper_bound(self.model, user, period, cfg.seed)
+            if user.id not in self.upper_cache:  # each (question, choice state) is asked once per user
+                self.upper_cache[user.id] = upper_bound_table(self.model, user)
+            self.upper_cache[key] = upper_bound(self.model, user, period, self.upper_cache[user.id])
         facts = period_facts(user, period) if cfg.factual_recall else []
         flags = factual_recall_flags(self.assistant, self.checker, facts, cfg.context_tokens)
         questions = [a | {"question": self.items[a["id"]]["question"], "choices": self.items[a["id"]]["choices"]}
