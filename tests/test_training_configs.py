@@ -50,7 +50,7 @@ def test_adrpo_config_builds_its_world_scorer_and_first_generation_batch(name, t
                                       *_env(name, tiny_chat_path)])
     args = trainer.args
     env = script.construction_config()
-    assert env.answer_mode == config["env_overrides"]["answer_mode"]
+    assert env.answer_mode == "evidence" if "smollm2" in name else config["env_overrides"]["answer_mode"]
     users = parse_users(script.users)
     assert len(trainer.train_dataset) == len(AGENTS) * len(users)  # one session of every chosen user
     assert args.steps_per_generation == args.gradient_accumulation_steps  # one optimizer update per rollout batch
@@ -91,13 +91,20 @@ def test_ladder_defaults_equal_its_yaml_and_its_stages_build(tiny_chat_path, tmp
     assert not set(parse_users(parsed.train_users)) & set(parse_users(parsed.held_out_users))
     parsed.choice_answerer = tiny_chat_path
     parsed.eval_sessions_per_user = 1
-    evaluate = ladder.Evaluator(parsed)
-    assert len(evaluate.keys) == len(parse_users(parsed.held_out_users))
-    stage = ["--model_name_or_path", tiny_chat_path, "--output_dir", str(tmp_path), *CPU]
-    trainer, *_ = adrpo.build(["--config", parsed.adrpo_config, *ladder._stage_env(parsed, parsed.adrpo_config, alpha=1.0),
-                               "--max_completion_length", "8", *stage])
-    assert trainer.session_reward.scorer.config.alpha == 1.0  # the GRPO stage
-    first_generation_batch(trainer)
+    evaluate = ladder.Evaluator(parsed, tmp_path)
+    assert len(evaluate.keys) == len(parse_users(parsed.held_out_users)) >= 8
+    assert set(evaluate.scorers) == {"evidence", "choice"}
+    # the GRPO stage as the ladder starts it, from a tiny model, one session per user
+    argv = ladder.rl_argv(parsed, 0, tiny_chat_path, 1.0, tmp_path)
+    trainer, *_ = adrpo.build([*argv, "--max_completion_length", "8", *CPU])
+    assert trainer.session_reward.scorer.config.alpha == 1.0
+    args = trainer.args
+    assert (args.num_generations, args.temperature, args.share_prompt) == (8, 1.0, True)
+    assert args.per_device_train_batch_size == 4 * args.num_generations  # one session per micro-batch
+    out = first_generation_batch(trainer)
+    assert len(out["adrpo_weights"]) == 32
+    prompts = out["prompt_ids"]
+    assert len({tuple(r.tolist()) for r in prompts}) == 4  # four agent prompts, G completions each
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")

@@ -139,15 +139,7 @@ def train_rl(a: LadderArgs, seed: int, start: str, alpha: float, folder: Path, c
     adapter = folder / "policy" / "adapter"
     if (adapter / "adapter_config.json").exists():
         return str(adapter)
-    g = a.rl_generations
-    trainer, script, tokenizer = adrpo.build([
-        "--config", a.adrpo_config, "--model_name_or_path", start,
-        *_stage_env(a, a.adrpo_config, a.rl_sessions_per_user, alpha=alpha),
-        "--seed", str(seed), "--output_dir", str(folder), "--max_steps", str(a.rl_steps),
-        # one micro-batch per session: the loss runs each agent's prompt once under its G completions
-        "--num_generations", str(g), "--per_device_train_batch_size", str(4 * g), "--share_prompt", "true",
-        "--gradient_accumulation_steps", "1", "--temperature", str(a.rl_temperature), "--top_p", "1.0",
-        "--learning_rate", str(a.rl_learning_rate), "--save_strategy", "no"])
+    trainer, script, tokenizer = adrpo.build(rl_argv(a, seed, start, alpha, folder))
     if curve is not None:
         trainer.add_callback(curve)
     trainer.train()
@@ -156,6 +148,19 @@ def train_rl(a: LadderArgs, seed: int, start: str, alpha: float, folder: Path, c
     del trainer
     gc.collect()
     return str(adapter)
+
+
+def rl_argv(a: LadderArgs, seed: int, start: str, alpha: float, folder: Path) -> list[str]:
+    """The ADRPO/GRPO stage's command line: its config with the ladder's settings on top."""
+    g = a.rl_generations
+    return [
+        "--config", a.adrpo_config, "--model_name_or_path", start,
+        *_stage_env(a, a.adrpo_config, a.rl_sessions_per_user, alpha=alpha),
+        "--seed", str(seed), "--output_dir", str(folder), "--max_steps", str(a.rl_steps),
+        # one micro-batch per session: the loss runs each agent's prompt once under its G completions
+        "--num_generations", str(g), "--per_device_train_batch_size", str(4 * g), "--share_prompt", "true",
+        "--gradient_accumulation_steps", "1", "--temperature", str(a.rl_temperature), "--top_p", "1.0",
+        "--learning_rate", str(a.rl_learning_rate), "--save_strategy", "no"]
 
 
 class Evaluator:
