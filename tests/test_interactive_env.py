@@ -141,3 +141,19 @@ def test_complete_feedback_labels_the_given_answer_with_its_own_number():
     assert "- Main hobby: darts (before: chess)" in text
     only = feedback_text("question-only", [q], {})
     assert only == "Question 1: Which hobby?"
+
+
+def test_complete_feedback_shows_the_memories_the_assistant_retrieved(tiny_chat_path):
+    from membuilder.agents.assistants import make_assistant
+    from membuilder.llm import load_chat_model
+    from memgym_env.interactive.evolution import evolve
+
+    awi = make_assistant("awi", load_chat_model(tiny_chat_path), write_tokens=8)
+    awi.reset("u1")
+    awi.load_dict({"notes": [{"label": "Hobby", "value": "plays golf on Sundays", "time": "2021-03-01"}]})
+    q = {"question": "Which hobby?", "choices": ["chess", "golf", "darts"], "choice": 1, "correct_index": 2}
+    record = evolve(awi, awi.model, "complete", [q], {"Main hobby": ("golf", "darts")}, time="2021-06-30")
+    assert "Memories retrieved for it:\n    Hobby: plays golf on Sundays (noted 2021-03-01)" in record["feedback"]
+    assert "Memories retrieved" not in evolve(awi, awi.model, "question-only", [q], {})["feedback"]
+    long = feedback_text("complete", [q | {"memories": "x" * 5000}], {})
+    assert len(long) < 1000  # the memories are cut, the best hits (last) kept

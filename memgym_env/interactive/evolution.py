@@ -4,8 +4,10 @@ After each period, a model rewrites the "what to remember" section (``assistant.
 assistant's memory-update prompt from feedback on that period's questions:
 
 * ``question-only``: the questions asked;
-* ``complete``: each question, its numbered choices, the answer given, the right answer, and the
-  period's state updates.
+* ``complete``: each question, its numbered choices, the answer given, the right answer, the
+  memories the assistant retrieved for it (what it was shown when answering: its ``context`` for
+  the question, cut to the last ``MAX_MEMORY_CHARS`` characters, where the best hits sit), and
+  the period's state updates (AMemGym's published feedback, protocols §6).
 
 The answer given is labelled with the number and text of the option the assistant chose (the
 published code shows the neighbouring option: an off-by-one between 0-based choices and 1-based
@@ -24,6 +26,7 @@ from membuilder.llm.base import Sampling
 
 MODES = ("none", "question-only", "complete")
 MAX_GUIDE_CHARS = 1200  # a rambling rewrite must not swamp the memory prompt
+MAX_MEMORY_CHARS = 600  # retrieved memories shown per question in complete feedback
 
 
 def can_evolve(assistant: Any) -> bool:
@@ -31,8 +34,9 @@ def can_evolve(assistant: Any) -> bool:
 
 
 def feedback_text(mode: str, questions: Sequence[Mapping[str, Any]], updates: Mapping[str, tuple[str | None, str]]) -> str:
-    """``questions``: {question, choices, choice (0-based, given), correct_index}; ``updates``:
-    readable variable title -> (old text or None, new text)."""
+    """``questions``: {question, choices, choice (0-based, given), correct_index, memories (the
+    text retrieved for it; optional)}; ``updates``: readable variable title -> (old text or None,
+    new text)."""
     if mode not in MODES[1:]:
         raise ValueError(f"evolution mode {mode!r}: expected one of {MODES[1:]}")
     lines = []
@@ -43,6 +47,11 @@ def feedback_text(mode: str, questions: Sequence[Mapping[str, Any]], updates: Ma
             given, right = q["choice"], q["correct_index"]
             lines.append(f"  Answer given: {given + 1}. {q['choices'][given]}")
             lines.append(f"  Right answer: {right + 1}. {q['choices'][right]}")
+            if "memories" in q:
+                shown = str(q["memories"]).strip()
+                shown = ("..." + shown[-MAX_MEMORY_CHARS:]) if len(shown) > MAX_MEMORY_CHARS else shown
+                lines.append("  Memories retrieved for it:")
+                lines += [f"    {line}" for line in (shown or "(none)").splitlines()]
     if mode == "complete" and updates:
         lines.append("What changed in the user's life this period:")
         lines += [f"- {title}: {new}" + (f" (before: {old})" if old else "") for title, (old, new) in updates.items()]
@@ -59,10 +68,15 @@ def rewrite_guide(model, guide: str, feedback: str, max_new_tokens: int = 120) -
 
 
 def evolve(assistant: Any, model, mode: str, questions: Sequence[Mapping[str, Any]],
-           updates: Mapping[str, tuple[str | None, str]]) -> dict[str, Any] | None:
-    """Rewrite ``assistant.guide`` in place; returns the record of the change (None: nothing to do)."""
+           updates: Mapping[str, tuple[str | None, str]], time: str = "") -> dict[str, Any] | None:
+    """Rewrite ``assistant.guide`` in place; returns the record of the change and the feedback
+    (None: nothing to do). Complete feedback asks the assistant, whose memory has not changed
+    since it answered at ``time``, what it retrieves for each question."""
     if mode == "none" or not can_evolve(assistant):
         return None
+    if mode == "complete":
+        questions = [dict(q, memories=q.get("memories", assistant.context(q["question"], time))) for q in questions]
     before = assistant.guide
-    assistant.guide = rewrite_guide(model, before, feedback_text(mode, questions, updates))
-    return {"mode": mode, "before": before, "after": assistant.guide}
+    feedback = feedback_text(mode, questions, updates)
+    assistant.guide = rewrite_guide(model, before, feedback)
+    return {"mode": mode, "before": before, "after": assistant.guide, "feedback": feedback}

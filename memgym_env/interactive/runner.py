@@ -208,7 +208,8 @@ class UserRun:
                      for a in self.answers if a["kind"] == "question"]
         updates = {user.info(v).title: (user.info(v).text(u.old) if u.old else None, user.info(v).text(u.new))
                    for v, u in user.periods[period].updates.items()}
-        evolved = evolution.evolve(self.assistant, self.model, cfg.evolve, questions, updates)
+        evolved = evolution.evolve(self.assistant, self.model, cfg.evolve, questions, updates,
+                                   time=user.periods[period].period_end)
         folder = period_dir(self.run, user.id, period)
         self.assistant.save_state(folder / "state")
         write_json(folder / "interactions.json", self.sessions)
