@@ -59,3 +59,22 @@ def test_the_upper_bound_shows_one_choice_state_of_the_required_variables_and_is
     for p, period in enumerate(user.periods):
         assert upper_bound(tiny_model, user, p, table) == [table[(q, question.correct_choice(period.state))]
                                                            for q, question in enumerate(user.qas)]
+
+
+def test_factual_recall_is_one_test_for_every_assistant_and_evidence_overlap_is_apart(tiny_model, embedder):
+    from memgym_env.interactive.checks import evidence_overlap_flags, factual_recall_flags
+
+    fact = {"variable": "commute", "fact": "Commute: cycling to work", "value_text": "cycling to work",
+            "sessions": ["p1-s0"]}
+    mb = make_assistant("membuilder", tiny_model, embedder)
+    mb.reset("u1")  # the value is in the bank word for word, in an entry of another session than the revealing one
+    mb.bank.apply("semantic", '{"operations": [{"action": "ADD", "memory": "Commute: cycling to work | Details: '
+                  'since spring"}]}', time="2021-01-01", session="p0-s1")
+    native = make_assistant("native", tiny_model)
+    native.reset("u1")
+    native.observe([{"role": "user", "content": "These days I am cycling to work."}], time="2021-01-01",
+                   session_id="p0-s1")
+    for assistant in (mb, native):
+        assert factual_recall_flags(assistant, tiny_model, [fact], 256) == [True]
+    assert evidence_overlap_flags(mb, [fact]) == [False]  # MemBuilder's own diagnostic: not from session p1-s0
+    assert evidence_overlap_flags(native, [fact]) is None

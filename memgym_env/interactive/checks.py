@@ -65,24 +65,33 @@ def period_facts(user: WorldUser, period: int) -> list[dict[str, Any]]:
 
 
 def factual_recall_flags(assistant, model, facts: Sequence[Mapping[str, Any]], context_tokens: int) -> list[bool]:
-    """Which facts the assistant's memory supports: evidence matching for a MemBuilder bank; for
-    every other memory, the value written out verbatim, else a yes/no checker model (a small
-    checker leans to "no" even on a verbatim fact, which would put the oracle's recall at 0)."""
+    """Which facts the assistant's memory supports, by one test for every assistant: the value
+    written out word for word anywhere in the memory's text, else a yes/no checker model on the
+    newest ``context_tokens`` of that text (a small checker leans to "no" even on a verbatim fact,
+    which would put the oracle's recall at 0, hence the shortcut)."""
     if not facts:
         return []
-    bank = getattr(assistant, "bank", None)
-    if bank is not None:
-        entries = []
-        for e in bank.entries():
-            sources = {e.session} | {getattr(bank.get(i), "session", None) for i in e.evidence}
-            entries.append((e.text, [s for s in sources if s]))
-        return [evidence_supports(f["value_text"], set(f["sessions"]), entries, bank.core.text) for f in facts]
-    memory = fit_newest(assistant.memory_text().splitlines(), context_tokens, model.count_tokens) or "(empty)"
-    flags = [states_verbatim(f["value_text"], memory) for f in facts]
+    text = assistant.memory_text()
+    flags = [states_verbatim(f["value_text"], text) for f in facts]
     ask = [i for i, ok in enumerate(flags) if not ok]
     if ask:
+        memory = fit_newest(text.splitlines(), context_tokens, model.count_tokens) or "(empty)"
         convs = [[{"role": "user", "content": prompts.render("fact_check", memory=memory, fact=facts[i]["fact"])}]
                  for i in ask]
         for i, s in zip(ask, score_options(bound(model, "check"), convs, [["yes", "no"]] * len(ask)), strict=True):
             flags[i] = s[0] > s[1]
     return flags
+
+
+def evidence_overlap_flags(assistant, facts: Sequence[Mapping[str, Any]]) -> list[bool] | None:
+    """A MemBuilder bank's own diagnostic, apart from factual recall: an entry written from (or
+    merging) a session that revealed the fact, or the Core block, holds at least half of the
+    value's content words. None for a memory without a bank."""
+    bank = getattr(assistant, "bank", None)
+    if bank is None:
+        return None
+    entries = []
+    for e in bank.entries():
+        sources = {e.session} | {getattr(bank.get(i), "session", None) for i in e.evidence}
+        entries.append((e.text, [s for s in sources if s]))
+    return [evidence_supports(f["value_text"], set(f["sessions"]), entries, bank.core.text) for f in facts]

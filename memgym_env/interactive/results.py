@@ -42,6 +42,7 @@ def collect_results(run: Path, world: World, users: Sequence[WorldUser], meta: d
     """Every metric of a run folder, from its ``evaluation.json`` files. ``wall_s`` defaults to
     the seconds spent in the periods, summed (what a parallel run can say per assistant)."""
     correct, ub, n_choices, labels, recall, parsed, usage = [], [], [], [], [], [], {}
+    overlap: list[bool] = []  # MemBuilder's evidence overlap, a diagnostic apart from factual recall
     period_s = 0.0
     for user in users:
         evals = _load_periods(run, user)
@@ -55,6 +56,7 @@ def collect_results(run: Path, world: World, users: Sequence[WorldUser], meta: d
         labels.append(metrics.diagnose_user(states, c, required, recalled) if all(recalled) else [])
         recall.append([metrics.factual_recall([f["supported"] for f in e["factual_recall"]]) for e in evals])
         parsed += [q["parsed"] for e in evals for q in e["questions"] + e["probes"]]
+        overlap += [f["evidence_overlap"] for e in evals for f in e["factual_recall"] if "evidence_overlap" in f]
         for e in evals:
             period_s += float(e.get("wall_s", 0.0))
             for purpose, u in e.get("usage", {}).items():
@@ -76,6 +78,7 @@ def collect_results(run: Path, world: World, users: Sequence[WorldUser], meta: d
                "random": metrics.nanmean(rand), "memory_score": metrics.nanmean(score),
                "memory_score_cells_undefined": int(np.sum(np.isnan(score) & ~np.isnan(acc))),
                "factual_recall": metrics.nanmean(recall_arr),
+               "evidence_overlap": sum(overlap) / len(overlap) if overlap else None,
                **{k: v for k, v in metrics.overall_rates(labels).items() if k in metrics.FAILURES},
                "unparsed_answers": int(sum(not p for p in parsed))}
     return {**{k: meta.get(k) for k in ("assistant", "mode", "model", "constructor", "simulator", "replay", "evolve",

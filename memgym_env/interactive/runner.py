@@ -26,6 +26,7 @@ from membuilder.llm.embedders import load_embedder
 from membuilder.llm.registry import TRAINED_POLICY, constructor_spec
 from memgym_env.interactive import evolution
 from memgym_env.interactive.checks import (
+    evidence_overlap_flags,
     factual_recall_flags,
     period_facts,
     readable_state,
@@ -204,6 +205,7 @@ class UserRun:
             self.upper_cache[key] = upper_bound(self.model, user, period, self.upper_cache[user.id])
         facts = period_facts(user, period) if cfg.factual_recall else []
         flags = factual_recall_flags(self.assistant, self.checker, facts, cfg.context_tokens)
+        overlap = evidence_overlap_flags(self.assistant, facts) or [None] * len(facts)
         questions = [a | {"question": self.items[a["id"]]["question"], "choices": self.items[a["id"]]["choices"]}
                      for a in self.answers if a["kind"] == "question"]
         updates = {user.info(v).title: (user.info(v).text(u.old) if u.old else None, user.info(v).text(u.new))
@@ -217,7 +219,8 @@ class UserRun:
             "user": user.id, "period": period, "time": user.periods[period].period_end,
             "questions": questions, "probes": [a for a in self.answers if a["kind"] == "probe"],
             "upper_bound": self.upper_cache[key],
-            "factual_recall": [f | {"supported": ok} for f, ok in zip(facts, flags, strict=True)],
+            "factual_recall": [f | {"supported": ok} | ({} if o is None else {"evidence_overlap": o})
+                               for f, ok, o in zip(facts, flags, overlap, strict=True)],
             "evolution": evolved, "usage": usage_delta(self.usage_before, usage_snapshot(*self.metered)),
             "wall_s": round(time.perf_counter() - self.started, 3),
         })
