@@ -63,7 +63,7 @@ class LadderArgs:
                 "the command line)."})
     train_users: str = field(default="0-7", metadata={"help": "Users whose sessions SFT and RL see."})
     held_out_users: str = field(default="8-15", metadata={"help": "Users only evaluated on."})
-    sft_sessions_per_user: int | None = field(default=8, metadata={"help": "First N sessions of each training user "
+    sft_sessions_per_user: int | None = field(default=6, metadata={"help": "First N sessions of each training user "
                                                                            "for SFT (None: all)."})
     rl_sessions_per_user: int | None = field(default=None, metadata={"help": "First N sessions of each training user "
                                                                             "for RL (None: all)."})
@@ -200,8 +200,12 @@ class Evaluator:
         gc.collect()
         res["reward_ci"] = {name: bootstrap_ci(v) for name, v in res["session_rewards"].items()}
         res["eval_seconds"] = round(time.perf_counter() - t0, 1)
-        res.update(self.memory_score(policy, label))
         return res
+
+    def cached(self, policy: str, label: str, name: str) -> dict[str, Any]:
+        """Held-out generation and the memory score of one stage, each cached on its own."""
+        res = _cached(self.work / "eval" / f"{name}.json", lambda: self(policy, label))
+        return {**res, **_cached(self.work / "eval" / f"{name}-memory.json", lambda: self.memory_score(policy, label))}
 
     def world(self) -> Path:
         """The interactive memory score's world, generated once into the work folder."""
@@ -364,13 +368,13 @@ def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
         (work / "timings.json").write_text(json.dumps(timings, indent=1), encoding="utf-8")
         write_results(a, rows, time.perf_counter() - t_start, argv, timings)
 
-    base = _cached(work / "eval" / "base.json", lambda: evaluate(a.model_name_or_path, "base"))
+    base = evaluate.cached(a.model_name_or_path, "base", "base")
     rows.append(row("base", a.sft_seed, base, evaluate.users, None))
     publish()
     t = time.perf_counter()
     sft_policy = train_sft(a, work / "sft")
     timings.setdefault("sft", round(time.perf_counter() - t, 1))
-    sft_res = _cached(work / "eval" / "sft.json", lambda: evaluate(sft_policy, "sft"))
+    sft_res = evaluate.cached(sft_policy, "sft", "sft")
     rows.append(row("sft", a.sft_seed, sft_res, evaluate.users, timings["sft"]))
     if not (work / f"seed{a.seeds[0]}" / "adrpo" / "policy" / "adapter").exists():
         export_adapter(a, "sft", sft_policy, _scores(rows[-1]), argv)  # shipped until ADRPO replaces it
@@ -383,8 +387,7 @@ def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
             policy = train_rl(a, seed, sft_policy, alpha, folder, curve)
             timings.setdefault(f"{stage}/{seed}", round(time.perf_counter() - t, 1))
             points = _cached(folder / "curve_points.json", lambda c=curve: c.points)
-            res = _cached(work / "eval" / f"{stage}-{seed}.json",
-                          lambda p=policy, s=seed, st=stage: evaluate(p, f"{st} seed {s}"))
+            res = evaluate.cached(policy, f"{stage} seed {seed}", f"{stage}-{seed}")
             curve_rows = make_curve(folder, sft_res, res, points, evaluate.keys[:a.curve_sessions], a.rl_steps)
             rows.append(row(stage, seed, res, evaluate.users, timings[f"{stage}/{seed}"], curve_rows))
             if stage == "adrpo" and seed == a.seeds[0]:
