@@ -154,8 +154,12 @@ class ChatAssistant(ABC):
         clean = [{"role": str(m["role"]), "content": str(m["content"])} for m in messages]
         self._commit(clean, time, session_id, facts)
 
+    def shown_memory(self, query: str, time: str) -> str:
+        """The memory text an answer to ``query`` is given (AWE adds its short-term buffer)."""
+        return self.context(query, time)
+
     def choice_prompt(self, question: str, choices: Sequence[str], time: str) -> ChatMessages:
-        user = prompts.render("assistant_choice", memory=self.context(question, time) or "(nothing yet)",
+        user = prompts.render("assistant_choice", memory=self.shown_memory(question, time) or "(nothing yet)",
                               time=time, question=question, choices=numbered(choices))
         return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
 
@@ -178,7 +182,7 @@ class ChatAssistant(ABC):
         failures). Otherwise the model scores the options, as for a question."""
         outs: list[str | None] = [None] * len(items)
         for i, it in enumerate(items):
-            k = stated_choice(it["choices"], self.context(it["question"], time))
+            k = stated_choice(it["choices"], self.shown_memory(it["question"], time))
             if k is not None:
                 outs[i] = json.dumps({"answer": k + 1})
         ask = [i for i, o in enumerate(outs) if o is None]

@@ -25,6 +25,18 @@ class TextIndex:
         self.vectors = np.vstack([self.vectors, self.embedder.encode(texts)])
         self.texts += texts
 
+    def replace(self, i: int, text: str) -> None:
+        """Text ``i`` becomes ``text`` (and its vector with it)."""
+        self.texts[i] = text
+        self.vectors[i] = self.embedder.encode([text])[0]
+
+    def remove(self, positions: list[int]) -> None:
+        """Drop the texts at ``positions``; the others keep their order."""
+        drop = set(positions)
+        keep = [i for i in range(len(self.texts)) if i not in drop]
+        self.texts = [self.texts[i] for i in keep]
+        self.vectors = self.vectors[keep]
+
     def search(self, query: str, k: int) -> list[int]:
         """Indices of the ``k`` most similar texts, best first (ties: older first)."""
         if not self.texts or k < 1:

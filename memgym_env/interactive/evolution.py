@@ -75,7 +75,7 @@ def evolve(assistant: Any, model, mode: str, questions: Sequence[Mapping[str, An
     if mode == "none" or not can_evolve(assistant):
         return None
     if mode == "complete":
-        questions = [dict(q, memories=q.get("memories", assistant.context(q["question"], time))) for q in questions]
+        questions = [dict(q, memories=q.get("memories", assistant.shown_memory(q["question"], time))) for q in questions]
     before = assistant.guide
     feedback = feedback_text(mode, questions, updates)
     assistant.guide = rewrite_guide(model, before, feedback)
