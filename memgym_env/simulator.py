@@ -6,8 +6,8 @@ and never reveal schema values:
 
 | simulator | follow-ups |
 |---|---|
-| ``TemplateSimulator`` | the world's own recorded user turns (the life event in the user's words, then generic follow-ups); past them, a seeded pick of the catalog's follow-ups. Offline, free |
-| ``LLMSimulator`` | a chat model given the profile, the date, the opening query and the last two messages, told not to reveal values; a line that names a schema value is replaced by a template follow-up |
+| ``TemplateSimulator`` | the world's own recorded user turns (the life event in the user's words, then generic follow-ups); past them, a seeded pick of the catalog's follow-ups. Offline, free. It never reads the assistant's replies, so an "on-policy" run with it is on-policy only in the assistant's own turns (reports say so) |
+| ``LLMSimulator`` | a chat model given the profile, the date and the whole conversation so far (the assistant's replies included), told not to reveal values; a line that names a schema value is replaced by a template follow-up |
 | ``ReplaySimulator`` | the user turns recorded by another run (off-policy) |
 
 Rounds per session: the number of user turns in the world's recorded messages, else 1 for
@@ -50,6 +50,8 @@ def _generic_follow_ups() -> tuple[str, ...]:
 class TemplateSimulator:
     """Offline follow-ups from the world's own phrasings; ``seed`` picks the generic ones."""
 
+    reads_replies = False  # the follow-ups do not depend on what the assistant said
+
     def __init__(self, seed: int = 0):
         self.seed = seed
 
@@ -77,7 +79,11 @@ def value_phrases(user: WorldUser) -> list[str]:
 
 
 class LLMSimulator:
-    """Follow-ups written by ``model`` (greedy, so the same conversation gives the same line)."""
+    """Follow-ups written by ``model`` (greedy, so the same conversation gives the same line),
+    conditioned on the whole conversation so far, its newest ``MAX_HISTORY_CHARS`` characters."""
+
+    reads_replies = True
+    MAX_HISTORY_CHARS = 4000
 
     def __init__(self, model, seed: int = 0, max_new_tokens: int = 48):
         self.model = bound(model, "simulate")
@@ -92,10 +98,15 @@ class LLMSimulator:
         return ref.session.query
 
     def follow_up(self, user: WorldUser, ref: SessionRef, round_: int, history: Sequence[Mapping[str, str]]) -> str:
-        last = "\n".join(f"{'You' if m['role'] == 'user' else 'Assistant'}: {TIME_PREFIX.sub('', m['content'])}"
-                         for m in list(history)[-2:])
+        lines = [f"{'You' if m['role'] == 'user' else 'Assistant'}: {TIME_PREFIX.sub('', m['content'])}"
+                 for m in history]
+        kept: list[str] = []
+        for line in reversed(lines):  # the newest messages that fit
+            if kept and sum(len(x) + 1 for x in kept) + len(line) > self.MAX_HISTORY_CHARS:
+                break
+            kept.insert(0, line)
         prompt = prompts.render("simulate_user", profile=user.user_profile.formatted_str or user.user_profile.name,
-                                date=ref.session.date, query=ref.session.query, last_messages=last or "(none)")
+                                date=ref.session.date, conversation="\n".join(kept) or "(none)")
         text = self.model.generate([[{"role": "user", "content": prompt}]],
                                    Sampling(temperature=0.0, max_new_tokens=self.max_new_tokens))[0].text
         line = " ".join(text.strip().strip('"').split())
@@ -107,6 +118,8 @@ class LLMSimulator:
 
 class ReplaySimulator:
     """The user turns another run recorded: ``sessions`` maps a session id to its messages."""
+
+    reads_replies = False
 
     def __init__(self, sessions: Mapping[str, Sequence[Mapping[str, str]]]):
         self.sessions = sessions
@@ -126,6 +139,11 @@ class ReplaySimulator:
 
     def follow_up(self, user: WorldUser, ref: SessionRef, round_: int, history: Sequence[Mapping[str, str]]) -> str:
         return self._turns(user, ref)[round_]
+
+
+def reads_replies(kind: str) -> bool:
+    """Whether the simulator named ``kind`` writes the user's turns from the assistant's replies."""
+    return {"template": TemplateSimulator, "llm": LLMSimulator}[kind].reads_replies
 
 
 def make_simulator(kind: str, model=None, seed: int = 0) -> Simulator:

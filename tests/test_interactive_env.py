@@ -157,3 +157,45 @@ def test_complete_feedback_shows_the_memories_the_assistant_retrieved(tiny_chat_
     assert "Memories retrieved" not in evolve(awi, awi.model, "question-only", [q], {})["feedback"]
     long = feedback_text("complete", [q | {"memories": "x" * 5000}], {})
     assert len(long) < 1000  # the memories are cut, the best hits (last) kept
+
+
+class RecordingModel:
+    """A chat model stand-in that answers "How long should that take?" and keeps every prompt."""
+
+    def __init__(self):
+        self.prompts = []
+
+    def generate(self, prompts, sampling=None, **kw):
+        from membuilder.llm.base import Completion
+
+        self.prompts += [p[-1]["content"] for p in prompts]
+        return [Completion(text="How long should that take?") for _ in prompts]
+
+
+def test_the_llm_simulator_reads_the_whole_conversation_and_the_template_one_reads_no_reply(world):
+    from memgym_env.simulator import LLMSimulator, TemplateSimulator, reads_replies
+
+    user = world[0]
+    ref = list(user.sessions())[-1]
+    history = [{"role": "user", "content": f"[Current Time: {ref.session.session_time}] {ref.session.query}"},
+               {"role": "assistant", "content": "First, write down three small goals."},
+               {"role": "user", "content": "Which goals?"},
+               {"role": "assistant", "content": "Start with sleep."}]
+    model = RecordingModel()
+    assert LLMSimulator(model).follow_up(user, ref, 2, history) == "How long should that take?"
+    assert "Assistant: First, write down three small goals." in model.prompts[0]  # not only the last two
+    assert ref.session.query in model.prompts[0] and "[Current Time" not in model.prompts[0]
+    template = TemplateSimulator(seed=0)
+    other = history[:1] + [{"role": "assistant", "content": "Something else entirely."}]
+    assert template.follow_up(user, ref, 1, history[:2]) == template.follow_up(user, ref, 1, other)
+    assert reads_replies("llm") and not reads_replies("template")
+
+
+def test_an_on_policy_report_with_the_template_simulator_says_what_on_policy_covers():
+    from memgym_env.interactive.results import notes, policy_note
+
+    note = policy_note({"mode": "on-policy", "simulator": "template"})
+    assert "on-policy only in the assistant's own turns" in note
+    assert policy_note({"mode": "on-policy", "simulator": "llm"}) is None
+    assert policy_note({"mode": "off-policy", "simulator": "template"}) is None
+    assert notes([{"assistant": "rag", "policy_note": note}]).strip().startswith("note (rag): the template simulator")

@@ -11,6 +11,7 @@ import numpy as np
 
 from memgym_env.interactive import metrics
 from memgym_env.interactive.run_files import period_dir, write_json
+from memgym_env.simulator import reads_replies
 from memgym_env.world.types import World, WorldUser
 
 RESULTS_FILE = "results.json"
@@ -87,7 +88,19 @@ def collect_results(run: Path, world: World, users: Sequence[WorldUser], meta: d
             "per_user": {"accuracy": _rows(acc), "upper_bound": _rows(upper), "random": _rows(rand),
                          "memory_score": _rows(score), "factual_recall": _rows(recall_arr),
                          "diagnosis": labels},
-            "usage_by_stage": usage, "wall_s": round(period_s if wall_s is None else wall_s, 1)}
+            "usage_by_stage": usage, "wall_s": round(period_s if wall_s is None else wall_s, 1),
+            "policy_note": policy_note(meta)}
+
+
+def policy_note(meta: dict[str, Any]) -> str | None:
+    """What "on-policy" means for this run, when it is less than it says."""
+    if meta.get("mode") != "on-policy" or meta.get("simulator") not in ("template", "llm"):
+        return None
+    if reads_replies(meta["simulator"]):
+        return None
+    return (f"the {meta['simulator']} simulator does not read the assistant's replies, so this run is on-policy only "
+            "in the assistant's own turns: the user's turns are those an off-policy run would see "
+            "(--simulator llm writes them from the whole conversation)")
 
 
 def _colmean(x: np.ndarray) -> np.ndarray:
@@ -160,9 +173,14 @@ def plot(results: Sequence[dict[str, Any]], folder: Path) -> list[Path]:
     return [score_png, fail_png]
 
 
+def notes(results: Sequence[dict[str, Any]]) -> str:
+    lines = [f"note ({run_label(r)}): {r['policy_note']}" for r in results if r.get("policy_note")]
+    return ("\n\n" + "\n".join(lines)) if lines else ""
+
+
 def write_report(results: dict[str, Any], run: Path) -> None:
     write_json(run / RESULTS_FILE, results)
-    (run / "report.txt").write_text(table([results]) + "\n", encoding="utf-8")
+    (run / "report.txt").write_text(table([results]) + notes([results]) + "\n", encoding="utf-8")
     plot([results], run / "plots")
 
 
@@ -186,7 +204,7 @@ def ranks(results: Sequence[dict[str, Any]], mode: str) -> dict[str, int]:
 def compare(folders: Sequence[str | Path], plots: Path | None = None) -> str:
     """The table of several runs, and on-policy versus off-policy ranks when both modes are present."""
     results = [load_results(f) for f in folders]
-    text = table(results)
+    text = table(results) + notes(results)
     on, off = ranks(results, "on-policy"), ranks(results, "off-policy")
     if on and off:
         both = [a for a in on if a in off]
