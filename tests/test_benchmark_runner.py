@@ -144,3 +144,28 @@ def test_longmemeval_end_to_end_with_smollm2(smollm, tmp_path):
     items = json.loads((tmp_path / "results.json").read_text())["items"]
     assert len(items) == 2 and all(it["answer"] and it["correct"] in (True, False) for it in items)
     assert summary["overall"]["count"] == 2 and summary["overall"]["unparsed_verdicts"] == 0
+
+
+def test_membuilder_recall_on_perltqa_is_memory_id_level_for_events_and_session_level_for_the_profile(embedder,
+                                                                                                      tmp_path):
+    from memgym_env.benchmarks.report import markdown, summarize
+    from memgym_env.benchmarks.systems import MemBuilder
+
+    def one_entry_per_session(bank, session, conv):  # stands in for the four agents: the session's text, verbatim
+        memory = json.dumps({"operations": [{"action": "ADD", "memory": session.render()[:300]}]})
+        bank.apply("episodic", memory, time=session.time, session=session.id)
+
+    [perl] = read_perltqa(PERL_MEM)
+    perl.sessions = perl.sessions[:8]
+    system = MemBuilder(one_entry_per_session, embedder, k=5)
+    system.build(perl, tmp_path)
+    kept = {s.id for s in perl.sessions}
+    profile = next(q for q in perl.qa if q.category == "profile")
+    event = next(q for q in perl.qa if q.category == "events" and f"event:{q.evidence[0]}" in kept)
+    ctx_profile, ctx_event = system.contexts(perl, [profile, event])
+    assert ctx_profile.recall_level == "session" and ctx_event.recall_level == "memory-id"
+    records = [{"category": "profile", "recall_at_k": 1.0, "recall_level": "session"},
+               {"category": "events", "recall_at_k": 0.0, "recall_level": "memory-id"}]
+    report = markdown(summarize("perltqa", records), {"system": "membuilder"})
+    assert "recall_at_k here is session-level for profile (1 questions)" in report
+    assert "for events each evidence session is one memory, so recall there is at memory-id level" in report

@@ -50,6 +50,9 @@ def _group(records: list[Record]) -> dict[str, Any]:
     diag = [r["diagnosis"] for r in records if r.get("diagnosis")]
     if diag:
         out["diagnosis"] = {k: diag.count(k) / len(records) for k in ("correct", "write", "read", "answer")}
+    levels = [r["recall_level"] for r in records if r.get("recall_level")]
+    if levels:
+        out["recall_session_level"] = levels.count("session")
     located = [r for r in records if r.get("written") is not None]
     if located:  # needs no judge: was the evidence written to memory, and was it retrieved?
         out["evidence_split"] = {
@@ -181,11 +184,8 @@ def markdown(summary: dict[str, Any], run: dict[str, Any] | None = None) -> str:
     if split:
         lines += ["", "Evidence of each question (share of items; needs no judge): "
                   + ", ".join(f"{k.replace('_', ' ')} {_pct(v)}%" for k, v in split.items())]
-    if run and run.get("system") == "membuilder" and summary["benchmark"] != "perltqa":
-        # A constructed entry does not keep the turn it came from, only its session.
-        lines += ["", "recall_at_k here is session-level: a MemBuilder entry counts as holding every turn of the "
-                      "session it was written from; evidence_retrieved asks whether a retrieved entry (or Core) "
-                      "carries the evidence turns' content."]
+    if run and run.get("system") == "membuilder":
+        lines += ["", recall_caveat(summary)]
     mc = summary.get("memory_classification")
     if mc:
         lines += ["", f"Memory classification (the answer model names the memory kind; n = {mc['count']}): "
@@ -195,6 +195,22 @@ def markdown(summary: dict[str, Any], run: dict[str, Any] | None = None) -> str:
         lines += [f"| {k} | {v['support']} | {v['predicted']} | {_pct(v['precision'])} | {_pct(v['recall'])} | "
                   f"{_pct(v['f1'])} |" for k, v in mc["per_kind"].items()]
     return "\n".join(lines) + "\n"
+
+
+def recall_caveat(summary: dict[str, Any]) -> str:
+    """What MemBuilder's recall_at_k counts: an entry keeps only its session, not the turn or memory id."""
+    cats = summary["categories"]
+    session = {k: g["recall_session_level"] for k, g in cats.items() if g.get("recall_session_level")}
+    exact = [k for k, g in cats.items() if "recall_session_level" in g and not g["recall_session_level"]]
+    tail = ("; evidence_retrieved asks whether a retrieved entry (or Core) carries the evidence's content.")
+    if not session and exact:
+        return "recall_at_k here is at memory-id level: each evidence session holds one memory" + tail
+    where = (" for " + ", ".join(f"{k} ({n} questions)" for k, n in session.items())) if session else ""
+    text = (f"recall_at_k here is session-level{where}: a MemBuilder entry keeps only the session it was written "
+            "from, so it counts as holding every turn or memory id of that session")
+    if exact:
+        text += f"; for {', '.join(exact)} each evidence session is one memory, so recall there is at memory-id level"
+    return text + tail
 
 
 def untrusted_warning(summary: dict[str, Any]) -> str:

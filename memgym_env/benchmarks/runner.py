@@ -175,6 +175,8 @@ def _record(cfg: EvalConfig, conv: Conversation, item: QAItem, ctx: Context, ans
         r["abstention"] = bool(item.meta.get("abstention"))
     if ctx.entry_ids:  # only systems that retrieve have a recall
         r["recall_at_k"] = recall_at_k(ctx.hits, item.evidence, cfg.recall_k)
+        if ctx.recall_level is not None:
+            r["recall_level"] = ctx.recall_level
     if cfg.benchmark == "perltqa":
         r["anchor_coverage"] = anchor_coverage(answer, item.meta.get("anchors", []))
         r["anchor_coverage_context"] = anchor_coverage(ctx.memory, item.meta.get("anchors", []))

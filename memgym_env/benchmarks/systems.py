@@ -15,7 +15,10 @@ whether it was in front of the answerer (``read``), so a wrong answer splits int
 answer failure. Raw-text systems store everything (written = True) and know the source turn of
 each chunk. For MemBuilder, entries remember only their session: an entry counts as carrying the
 evidence when it comes from an evidence session and holds at least half of the gold answer's
-(stemmed) tokens, or the Core block does.
+(stemmed) tokens, or the Core block does; its recall@k is session-level where a session holds
+several ids (LoCoMo and LongMemEval turns; PerLTQA's profile and relationships) and exact,
+memory-id level, where a session is one memory (PerLTQA's events and dialogues):
+``Context.recall_level`` says which, per question.
 """
 
 from __future__ import annotations
@@ -48,6 +51,9 @@ class Context:
     entry_ids: list[str] = field(default_factory=list)  # ids of the retrieved entries or chunks
     written: bool | None = None  # the evidence reached memory (None: no evidence to check)
     read: bool | None = None  # the evidence was in what the answerer saw
+    # "memory-id" when each hit's sources are exactly the memory it holds; "session" when a hit
+    # stands for every id of its session (MemBuilder entries know only their session)
+    recall_level: str | None = None
 
 
 class System(Protocol):
@@ -273,7 +279,9 @@ class MemBuilder:
                 in_core = _holds_answer(bank.core.text, item.answer)
                 written = in_core or bool(carriers)
                 read = in_core or any(h.entry.id in carriers for h in hits)
+            exact = bool(ev_sessions) and all(len(turns_of.get(sid, [])) == 1 for sid in ev_sessions)
             out.append(Context(memory_block(bank.core.text, [h.entry.text for h in hits]),
                                [turns_of.get(h.entry.session, []) for h in hits],
-                               [h.entry.id for h in hits], written, read))
+                               [h.entry.id for h in hits], written, read,
+                               recall_level=("memory-id" if exact else "session") if ev_sessions else None))
         return out
