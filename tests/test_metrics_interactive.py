@@ -105,3 +105,42 @@ def test_verbatim_support_needs_the_whole_value_in_order_and_ignores_tiny_values
     assert not metrics.states_verbatim("remote fully", memory)  # words out of order
     assert not metrics.states_verbatim("a beagle", "a beagles life")  # whole words only
     assert not metrics.states_verbatim("no", "no pets")  # too short to mean anything
+
+
+def test_an_upper_bound_within_a_few_points_of_random_leaves_the_score_undefined():
+    acc, upper, rand = np.array([[0.5, 0.25]]), np.array([[0.28, 0.25]]), np.array([[0.25, 0.25]])
+    score = metrics.memory_score(acc, upper, rand)
+    assert math.isnan(score[0, 0]) and math.isnan(score[0, 1])  # 0.5 would have scored 8.3 against 0.03 headroom
+    assert metrics.low_headroom(upper, rand).tolist() == [[True, True]]
+    assert metrics.memory_score(acc, upper, rand, min_headroom=0.01)[0, 0] == pytest.approx(25 / 3)
+
+
+def test_wilson_interval_by_hand():
+    lo, hi = metrics.wilson(8, 16)
+    assert lo == pytest.approx(0.2800, abs=1e-3) and hi == pytest.approx(0.7200, abs=1e-3)
+    assert metrics.wilson(0, 0) is None and metrics.wilson(0, 5)[0] == 0.0
+
+
+def test_score_interval_holds_the_score_and_narrows_with_more_questions():
+    upper, rand = np.array([[1.0]]), np.array([[0.25]])
+    few = [[[True, False, True, False]]]
+    many = [[[True, False, True, False] * 25]]
+    point = metrics.nanmean(metrics.memory_score(metrics.accuracy(few), upper, rand))
+    lo, hi = metrics.score_interval(few, upper, rand)
+    assert lo <= point <= hi
+    lo2, hi2 = metrics.score_interval(many, upper, rand)
+    assert hi2 - lo2 < (hi - lo) / 3
+    assert metrics.score_interval(few, np.array([[0.25]]), rand) is None
+
+
+def test_the_table_gives_question_counts_intervals_and_flags_low_headroom_cells():
+    from memgym_env.interactive.results import notes, table
+
+    r = {"assistant": "rag", "mode": "off-policy", "usage_by_stage": {},
+         "overall": {"accuracy": 0.5, "upper_bound": 0.6, "random": 0.25, "memory_score": 0.7, "write": 0.2,
+                     "read": 0.2, "utilization": 0.1, "factual_recall": None, "questions": 16,
+                     "accuracy_ci95": [0.28, 0.72], "memory_score_ci95": [0.1, 1.3], "memory_score_cells": 3,
+                     "memory_score_cells_low_headroom": 1, "min_headroom": 0.05}}
+    text = table([r])
+    assert "| 16 " in text and "[0.28, 0.72]" in text and "[0.10, 1.30]" in text
+    assert "1 user-period cells have an upper bound within 0.05 of random" in notes([r])

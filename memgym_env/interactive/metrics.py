@@ -8,7 +8,12 @@ Shapes: ``[users, periods]`` for per-period scores, NaN where a user has no such
 * upper bound S_UB: accuracy of the same model shown only the current values of each question's
   ``required_info`` (AMemGym's ``eval/upperbound.py``; ``checks.upper_bound``).
 * memory score per user and period: (S - S_random) / (S_UB - S_random); undefined (NaN, left
-  out of the average) when S_UB <= S_random, where it cannot be normalised.
+  out of the average, counted as a low-headroom cell) when S_UB - S_random < ``MIN_HEADROOM``:
+  an upper bound within a few points of chance leaves nothing to normalise by (a cell where both
+  equal 0.25 would otherwise score any lucky answer as far above the upper bound).
+* uncertainty: ``wilson`` gives a 95% interval of an accuracy from its question count;
+  ``score_interval`` a 95% bootstrap interval of the mean memory score over the questions
+  (upper bound and random held fixed).
 * diagnosis: each wrong answer gets exactly one label (``failure_label``), so over the same
   questions write + read + utilization = 1 - accuracy.
 * factual recall: share of a period's new state facts that the memory supports.
@@ -47,14 +52,55 @@ def _per_period(values, fn) -> np.ndarray:
     return out
 
 
-def memory_score(acc: np.ndarray, upper: np.ndarray, rand: np.ndarray, eps: float = 1e-9) -> np.ndarray:
-    """Normalised score per cell; NaN where ``upper - rand <= eps`` (no room above chance)."""
+MIN_HEADROOM = 0.05  # least S_UB - S_random for a memory score to be defined
+
+
+def low_headroom(upper: np.ndarray, rand: np.ndarray, min_headroom: float = MIN_HEADROOM) -> np.ndarray:
+    """Cells whose upper bound is within ``min_headroom`` of random (False where either is NaN)."""
+    upper, rand = np.asarray(upper, dtype=float), np.asarray(rand, dtype=float)
+    with np.errstate(invalid="ignore"):
+        return ~np.isnan(upper) & ~np.isnan(rand) & (upper - rand < min_headroom)
+
+
+def memory_score(acc: np.ndarray, upper: np.ndarray, rand: np.ndarray, min_headroom: float = MIN_HEADROOM) -> np.ndarray:
+    """Normalised score per cell; NaN where ``upper - rand < min_headroom`` (no room above chance)."""
     acc, upper, rand = (np.asarray(x, dtype=float) for x in (acc, upper, rand))
     denom = upper - rand
-    ok = denom > eps
+    with np.errstate(invalid="ignore"):
+        ok = denom >= min_headroom
     out = np.full(acc.shape, np.nan)
     np.divide(acc - rand, denom, out=out, where=ok)
     return out
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float] | None:
+    """95% Wilson interval of a share ``k`` of ``n`` (None when n = 0)."""
+    if n <= 0:
+        return None
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return float(max(0.0, centre - half)), float(min(1.0, centre + half))
+
+
+def score_interval(correct: Sequence[Sequence[Sequence[bool]]], upper: np.ndarray, rand: np.ndarray,
+                   draws: int = 2000, seed: int = 0) -> tuple[float, float] | None:
+    """95% percentile-bootstrap interval of the mean memory score: each cell's questions are
+    resampled with replacement, its upper bound and random baseline held fixed. None when no cell
+    has a defined score."""
+    rng = np.random.default_rng(seed)
+    score = memory_score(accuracy(correct), upper, rand)
+    cells = [(np.asarray(qs, dtype=float), float(rand[u, p]), float(upper[u, p] - rand[u, p]))
+             for u, per_user in enumerate(correct) for p, qs in enumerate(per_user)
+             if len(qs) and not np.isnan(score[u, p])]
+    if not cells:
+        return None
+    means = np.zeros(draws)
+    for qs, r, denom in cells:
+        means += (rng.choice(qs, size=(draws, len(qs))).mean(axis=1) - r) / denom
+    means /= len(cells)
+    lo, hi = np.percentile(means, [2.5, 97.5])
+    return float(lo), float(hi)
 
 
 def nanmean(x: Any) -> float:

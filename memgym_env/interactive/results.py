@@ -68,16 +68,26 @@ def collect_results(run: Path, world: World, users: Sequence[WorldUser], meta: d
     upper = metrics.accuracy(ub)
     rand = metrics.random_baseline(n_choices)
     score = metrics.memory_score(acc, upper, rand)
+    low = metrics.low_headroom(upper, rand)
+    n_questions = [sum(len(u[p]) for u in correct if p < len(u)) for p in range(acc.shape[1])]
+    n_right = sum(bool(x) for u in correct for qs in u for x in qs)
+    ci = metrics.wilson(n_right, sum(n_questions))
+    score_ci = metrics.score_interval(correct, upper, rand)
     rates = metrics.diagnosis_rates(labels)
     recall_arr = metrics._per_period([[[r] for r in u] for u in recall], lambda xs: xs[0])
     per_period = {
         "accuracy": _vec(_colmean(acc)), "upper_bound": _vec(_colmean(upper)), "random": _vec(_colmean(rand)),
         "memory_score": _vec(_colmean(score)), "factual_recall": _vec(_colmean(recall_arr)),
         **{k: _vec(rates[k]) for k in metrics.FAILURES},
+        "questions": n_questions, "low_headroom_cells": [int(low[:, p].sum()) for p in range(low.shape[1])],
     }
     overall = {"accuracy": metrics.nanmean(acc), "upper_bound": metrics.nanmean(upper),
                "random": metrics.nanmean(rand), "memory_score": metrics.nanmean(score),
                "memory_score_cells_undefined": int(np.sum(np.isnan(score) & ~np.isnan(acc))),
+               "memory_score_cells": int(np.sum(~np.isnan(score))),
+               "memory_score_cells_low_headroom": int(low.sum()), "min_headroom": metrics.MIN_HEADROOM,
+               "questions": sum(n_questions), "accuracy_ci95": None if ci is None else [round(x, 4) for x in ci],
+               "memory_score_ci95": None if score_ci is None else [round(x, 4) for x in score_ci],
                "factual_recall": metrics.nanmean(recall_arr),
                "evidence_overlap": sum(overlap) / len(overlap) if overlap else None,
                **{k: v for k, v in metrics.overall_rates(labels).items() if k in metrics.FAILURES},
@@ -111,6 +121,10 @@ def _fmt(v: Any) -> str:
     return "-" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v:.3f}"
 
 
+def _ci(ci: Any) -> str:
+    return "-" if not ci else f"[{ci[0]:.2f}, {ci[1]:.2f}]"
+
+
 def run_label(r: dict[str, Any]) -> str:
     """The assistant, and the model writing its memory where that is not the run's model."""
     writer = r.get("constructor")
@@ -119,15 +133,17 @@ def run_label(r: dict[str, Any]) -> str:
 
 def table(results: Sequence[dict[str, Any]]) -> str:
     """One row per run: accuracy, memory score, diagnosis, factual recall, calls and tokens by stage."""
-    head = ["assistant", "mode", "acc", "UB", "rand", "score", "write", "read", "util", "recall", "calls/tokens by stage"]
+    head = ["assistant", "mode", "n", "acc", "acc 95% CI", "UB", "rand", "score", "score 95% CI", "write", "read", "util",
+            "recall", "calls/tokens by stage"]
     rows = []
     for r in results:
         o = r["overall"]
         stages = ", ".join(f"{k} {int(u.get('calls', 0))}/{int(u.get('prompt_tokens', 0) + u.get('completion_tokens', 0))}"
                            for k, u in sorted(r.get("usage_by_stage", {}).items()))
         label = run_label(r) + (f" [evolve {r['evolve']}]" if r.get("evolve") not in (None, "none") else "")
-        rows.append([label, r["mode"], *(_fmt(o[k]) for k in ("accuracy", "upper_bound", "random", "memory_score",
-                                                             "write", "read", "utilization", "factual_recall")), stages])
+        rows.append([label, r["mode"], str(o.get("questions", "-")), _fmt(o["accuracy"]), _ci(o.get("accuracy_ci95")),
+                     *(_fmt(o[k]) for k in ("upper_bound", "random", "memory_score")), _ci(o.get("memory_score_ci95")),
+                     *(_fmt(o[k]) for k in ("write", "read", "utilization", "factual_recall")), stages])
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=False)]
     lines = [" | ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)) for row in [head, *rows]]
     lines.insert(1, "-+-".join("-" * w for w in widths))
@@ -175,6 +191,15 @@ def plot(results: Sequence[dict[str, Any]], folder: Path) -> list[Path]:
 
 def notes(results: Sequence[dict[str, Any]]) -> str:
     lines = [f"note ({run_label(r)}): {r['policy_note']}" for r in results if r.get("policy_note")]
+    for r in results:
+        o = r["overall"]
+        if o.get("memory_score_cells_low_headroom"):
+            lines.append(f"note ({run_label(r)}): {o['memory_score_cells_low_headroom']} user-period cells have an upper "
+                         f"bound within {o['min_headroom']:.2f} of random; their memory score is undefined, not scored "
+                         f"(the score averages {o['memory_score_cells']} cells)")
+    if results:
+        lines.append("n: questions behind each accuracy; 95% CI: Wilson for accuracy, bootstrap over questions for the "
+                     "memory score (upper bound and random held fixed)")
     return ("\n\n" + "\n".join(lines)) if lines else ""
 
 
