@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from membuilder.ops import AGENTS
-from memgym_env.interactive.results import plot
+from memgym_env.interactive.results import interval_text, notes, plot
 
 
 def _fmt(v: Any) -> str:
@@ -43,13 +43,15 @@ def construction_table(rollouts: dict[str, Any]) -> list[list[str]]:
 
 
 def interactive_table(results: dict[str, Any]) -> list[list[str]]:
-    head = ["assistant", "accuracy", "upper bound", "memory score", "write", "read", "utilization", "model calls"]
+    head = ["assistant", "questions", "accuracy", "95% CI", "upper bound", "memory score", "95% CI", "write", "read",
+            "utilization", "model calls"]
     rows = [head]
     for name, r in results.items():
         o = r["overall"]
         calls = int(sum(u.get("calls", 0) for u in r.get("usage_by_stage", {}).values()))
-        rows.append([name, *(_fmt(o[k]) for k in ("accuracy", "upper_bound", "memory_score", "write", "read",
-                                                  "utilization")), str(calls)])
+        rows.append([name, str(o.get("questions", "-")), _fmt(o["accuracy"]), interval_text(o.get("accuracy_ci95")),
+                     _fmt(o["upper_bound"]), _fmt(o["memory_score"]), interval_text(o.get("memory_score_ci95")),
+                     *(_fmt(o[k]) for k in ("write", "read", "utilization")), str(calls)])
     return rows
 
 
@@ -113,7 +115,7 @@ def write_report(out: Path, meta: dict[str, Any], rollouts: dict[str, Any], resu
         "## Interactive evaluation: which assistant remembers the user's changing life", "",
         "Memory score = (accuracy - random) / (upper bound - random); failures split into write "
         "(never stored), read (stored but not retrieved) and utilization (retrieved but misused).", "",
-        markdown(interactive_table(results)), "",
+        markdown(interactive_table(results)), "", *notes(list(results.values())).strip().splitlines(), "",
         f"![memory score per period]({rel[score_png]})", "", f"![failures by cause]({rel[failures_png]})", "",
     ]
     compared = trained_table(meta, rollouts, results)

@@ -90,3 +90,16 @@ def test_demo_report_shows_the_untrained_and_the_trained_constructor_side_by_sid
     rows = [line for line in section.splitlines() if line.startswith("| smollm2")]
     assert len(rows) == 2 and "interactive cells" not in section and "--policy-model smollm2-135m" in section
     assert not demo.DEFAULT.compare_interactive and demo.FULL.compare_interactive
+
+
+def test_the_demo_table_gives_questions_and_intervals_and_the_report_its_notes():
+    from memgym_env.demo_report import interactive_table
+    from memgym_env.interactive.results import notes
+
+    r = {"assistant": "rag", "usage_by_stage": {"answer": {"calls": 3}},
+         "policy_note": "the template simulator does not read the assistant's replies",
+         "overall": {"accuracy": 0.5, "upper_bound": 0.6, "memory_score": 0.7, "write": 0.2, "read": 0.2,
+                     "utilization": 0.1, "questions": 16, "accuracy_ci95": [0.28, 0.72], "memory_score_ci95": None}}
+    head, row = interactive_table({"rag": r})
+    assert head[1:4] == ["questions", "accuracy", "95% CI"] and row[1:4] == ["16", "0.500", "[0.28, 0.72]"]
+    assert "note (rag): the template simulator does not read" in notes([r])

@@ -121,7 +121,7 @@ def _fmt(v: Any) -> str:
     return "-" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v:.3f}"
 
 
-def _ci(ci: Any) -> str:
+def interval_text(ci: Any) -> str:
     return "-" if not ci else f"[{ci[0]:.2f}, {ci[1]:.2f}]"
 
 
@@ -141,8 +141,8 @@ def table(results: Sequence[dict[str, Any]]) -> str:
         stages = ", ".join(f"{k} {int(u.get('calls', 0))}/{int(u.get('prompt_tokens', 0) + u.get('completion_tokens', 0))}"
                            for k, u in sorted(r.get("usage_by_stage", {}).items()))
         label = run_label(r) + (f" [evolve {r['evolve']}]" if r.get("evolve") not in (None, "none") else "")
-        rows.append([label, r["mode"], str(o.get("questions", "-")), _fmt(o["accuracy"]), _ci(o.get("accuracy_ci95")),
-                     *(_fmt(o[k]) for k in ("upper_bound", "random", "memory_score")), _ci(o.get("memory_score_ci95")),
+        rows.append([label, r["mode"], str(o.get("questions", "-")), _fmt(o["accuracy"]), interval_text(o.get("accuracy_ci95")),
+                     *(_fmt(o[k]) for k in ("upper_bound", "random", "memory_score")), interval_text(o.get("memory_score_ci95")),
                      *(_fmt(o[k]) for k in ("write", "read", "utilization", "factual_recall")), stages])
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=False)]
     lines = [" | ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)) for row in [head, *rows]]
