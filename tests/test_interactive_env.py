@@ -198,4 +198,5 @@ def test_an_on_policy_report_with_the_template_simulator_says_what_on_policy_cov
     assert "on-policy only in the assistant's own turns" in note
     assert policy_note({"mode": "on-policy", "simulator": "llm"}) is None
     assert policy_note({"mode": "off-policy", "simulator": "template"}) is None
-    assert notes([{"assistant": "rag", "policy_note": note}]).strip().startswith("note (rag): the template simulator")
+    assert notes([{"assistant": "rag", "policy_note": note, "overall": {}}]).strip().startswith(
+        "note (rag): the template simulator")
