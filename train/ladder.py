@@ -253,32 +253,6 @@ def _merged(policy: str) -> str:
     return str(p.parent / "merged") if (p / "adapter_config.json").exists() else policy
 
 
-class CurveCallback:
-    """Held-out reward on a few held-out sessions every N optimizer steps (greedy, eval mode)."""
-
-    def __new__(cls, *args, **kwargs):
-        from transformers import TrainerCallback
-
-        class _Curve(TrainerCallback):
-            def __init__(self, evaluator: Evaluator, every: int, sessions: int, label: str):
-                self.evaluator, self.every, self.label = evaluator, every, label
-                self.keys = evaluator.keys[:sessions]
-                self.points: list[dict[str, float]] = []
-
-            def on_step_end(self, args, state, control, model=None, processing_class=None, **kw):
-                if not self.every or state.global_step % self.every or state.global_step >= state.max_steps:
-                    return
-                was_training = model.training
-                scorers = {"evidence": self.evaluator.scorers["evidence"]}
-                res = self.evaluator.generate(model, processing_class, self.keys,
-                                              f"{self.label} step {state.global_step}", scorers)
-                if was_training:
-                    model.train()
-                self.points.append({"step": state.global_step, "held_out_reward": res["reward"]["evidence"]})
-
-        return _Curve(*args, **kwargs)
-
-
 def _cached(path: Path, make):
     if path.exists():
         return json.loads(path.read_text(encoding="utf-8"))
@@ -382,6 +356,8 @@ def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
     for seed in a.seeds:
         for stage, alpha in (("adrpo", a.adrpo_alpha), ("grpo", 1.0)):
             folder = work / f"seed{seed}" / stage
+            from train.curve_callback import CurveCallback  # subclasses transformers' TrainerCallback
+
             curve = CurveCallback(evaluate, a.curve_every, a.curve_sessions, f"{stage} seed {seed}")
             t = time.perf_counter()
             policy = train_rl(a, seed, sft_policy, alpha, folder, curve)
