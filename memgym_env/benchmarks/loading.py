@@ -129,3 +129,11 @@ def field_fault(record: dict, fields: tuple[str, ...], kinds: tuple[type, ...] =
         if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
             return f"field '{name}' must be {wanted}, got {type(value).__name__}"
     return None
+
+
+def list_fault(record: dict, name: str, item: type, wanted: str) -> str | None:
+    """``field_fault``'s message when ``record[name]`` is present but not a list of ``item``, else None."""
+    value = record.get(name)
+    if value is None or isinstance(value, list) and all(isinstance(v, item) for v in value):
+        return None
+    return f"field '{name}' must be {wanted}, got {type(value).__name__}"

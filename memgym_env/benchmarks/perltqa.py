@@ -31,7 +31,7 @@ from typing import Any
 
 from memgym_env.conversation import Conversation, Message, QAItem, Session
 
-from .loading import Problems, field_fault, read_json
+from .loading import Problems, field_fault, list_fault, read_json
 
 QA_PARTS = ("profile", "social_relationship", "events", "dialogues")
 _TEXT_OR_NUMBER = (str, int, float, type(None))
@@ -140,11 +140,8 @@ def _memory_sessions(name: str, mem: dict[str, Any], where: str, problems: Probl
         if not isinstance(e, dict) or not isinstance(e.get("content"), str):
             problems.bad(f"{where}, event {eid}: no 'content'")
             continue
-        fault = field_fault(e, ("summary", "Creation Time", "Theme"))
-        characters = e.get("Characters")
-        if not fault and not (characters is None or isinstance(characters, list)
-                              and all(isinstance(c, str) for c in characters)):
-            fault = f"field 'Characters' must be a list of text, got {type(characters).__name__}"
+        fault = (field_fault(e, ("summary", "Creation Time", "Theme"))
+                 or list_fault(e, "Characters", str, "a list of text"))
         if fault:
             problems.bad(f"{where}, event {eid}: {fault}")
             continue
@@ -189,10 +186,8 @@ def _qa_items(name: str, entry: dict[str, Any], where: str, mem_session: dict[st
                         problems.bad(f"{here}: no '{missing[0]}'")
                         continue
                     anchors_raw = q.get("Memory Anchors")
-                    fault = field_fault(q, ("Question", "Answer"))
-                    if not fault and not (anchors_raw is None or isinstance(anchors_raw, list)
-                                          and all(isinstance(a, dict) for a in anchors_raw)):
-                        fault = f"field 'Memory Anchors' must be a list of objects, got {type(anchors_raw).__name__}"
+                    fault = (field_fault(q, ("Question", "Answer"))
+                             or list_fault(q, "Memory Anchors", dict, "a list of objects"))
                     if fault:
                         problems.bad(f"{here}: {fault}")
                         continue
