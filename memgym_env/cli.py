@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "report": "report",
     "rollout": "rollout",
     "serve": "serve",
+    "serve-env": "serve_env",
     "world": "world",
 }
 

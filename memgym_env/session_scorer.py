@@ -48,6 +48,9 @@ class SessionScorer:
     def session_keys(self) -> list[str]:
         return list(self._sessions)
 
+    def __contains__(self, session_key: object) -> bool:
+        return session_key in self._sessions
+
     def observation(self, session_key: str) -> dict[str, Any]:
         ep, j, bank = self._lookup(session_key)
         s = ep.conversation.sessions[j]

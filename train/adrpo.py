@@ -9,7 +9,9 @@
         --num_processes 6 train/adrpo.py --config configs/train/adrpo_qwen3_4b_server.yaml
 
 Rewards come from a scorer: ``env`` is MemoryGym-v0's session scorer (QA reward, length
-penalty, attribution weights); ``format`` scores only JSON validity and length (no attribution).
+penalty, attribution weights); ``remote`` is the same scorer on ``memgym serve-env`` replicas
+(``scorer_urls``), for scoring on other machines; ``format`` scores only JSON validity and length
+(no attribution).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from membuilder.training.checkpoints import save_policy
 from membuilder.training.format_scorer import FormatScorer
 from membuilder.training.prompts import rl_rows, token_counter
+from memgym_env.remote_scorer import RemoteScorer
 from memgym_env.session_scorer import SessionScorer
 from train.common import (  # noqa: E402
     BenchmarkEvalArgs,
@@ -39,7 +42,14 @@ from train.common import (  # noqa: E402
 
 @dataclass
 class ADRPOScriptArgs(EnvArgs, BenchmarkEvalArgs):
-    scorer: str = field(default="env", metadata={"help": "'env' (MemoryGym-v0 session reward) or 'format'."})
+    scorer: str = field(default="env", metadata={
+        "help": "'env' (MemoryGym-v0 session reward, scored here), 'remote' (the same reward from `memgym serve-env` "
+                "replicas at scorer_urls) or 'format'."})
+    scorer_urls: str | None = field(default=None, metadata={
+        "help": "scorer: remote: replica URLs, comma-separated (used round-robin), or one load-balanced URL."})
+    scorer_timeout_s: float = field(default=300.0, metadata={"help": "scorer: remote: seconds one scoring call may take."})
+    scorer_retries: int = field(default=2, metadata={
+        "help": "scorer: remote: a failed call is sent again to the next replica at most this many times."})
     eval_users: str | None = field(default=None, metadata={
         "help": "Users whose sessions are evaluated every eval_steps (same reward, no training), e.g. '18-19'."})
     save_policy_to: str | None = field(default=None, metadata={"help": "Write adapter/ and merged/ here at the end."})
@@ -52,15 +62,29 @@ def make_scorer(script: ADRPOScriptArgs, users: list[int]):
         records = expert_records(config, users, script.max_sessions_per_user)
         return FormatScorer({r["key"]: r["observation"] for r in records}, lam=config.lam,
                             experts={r["key"]: r["outputs"] for r in records})
+    if script.scorer == "remote":
+        if not script.scorer_urls:
+            raise SystemExit("scorer: remote needs scorer_urls, e.g. http://10.0.0.5:8100,http://10.0.0.6:8100 "
+                             "(replicas started with `memgym serve-env` on this run's env config)")
+        # The replicas must score this run's world with this run's settings: checked field by field.
+        return RemoteScorer(script.scorer_urls, timeout_s=script.scorer_timeout_s, retries=script.scorer_retries,
+                            expected_config=config)
     if script.scorer != "env":
-        raise SystemExit(f"scorer must be 'env' or 'format', not {script.scorer!r}")
+        raise SystemExit(f"scorer must be 'env', 'remote' or 'format', not {script.scorer!r}")
     return SessionScorer(config, users, script.max_sessions_per_user)
 
 
 def user_keys(script: ADRPOScriptArgs, scorer, users: list[int]) -> list[str]:
     """The scorer's session keys that belong to ``users`` (keys are ``<conversation>/<session>``)."""
     ids = {ep.conversation.id for ep in chosen_episodes(script.construction_config(), users)}
-    return [k for k in scorer.session_keys() if k.split("/")[0] in ids]
+    keys, per_user = [], {}
+    for k in scorer.session_keys():
+        user = k.split("/")[0]
+        per_user[user] = per_user.get(user, 0) + 1
+        # A remote scorer may serve more sessions of a user than this run asks for.
+        if user in ids and (script.max_sessions_per_user is None or per_user[user] <= script.max_sessions_per_user):
+            keys.append(k)
+    return keys
 
 
 def build(argv=None):

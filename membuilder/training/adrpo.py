@@ -140,6 +140,15 @@ def _text(completion: Any) -> str:
     return "".join(m.get("content", "") for m in completion if m.get("role") == "assistant")  # conversational
 
 
+def score_sessions(scorer: CandidateScorer, requests: list[tuple[str, list[dict[str, str]], bool]]):
+    """Each (session key, candidates, task_rewarded) scored; a scorer with ``score_many`` (a remote
+    one, over several replicas) gets the whole batch at once so it can score sessions in parallel."""
+    many = getattr(scorer, "score_many", None)
+    if many is not None:
+        return many(requests)
+    return [scorer.score(key, candidates, task_rewarded=rewarded) for key, candidates, rewarded in requests]
+
+
 class SessionReward:
     """A TRL reward function: scores each session's G rollouts together and keeps the ADRPO weights.
 
@@ -178,6 +187,7 @@ class SessionReward:
         rewarded_rows = [True] * len(prompts)
         stats: dict[str, list[float]] = defaultdict(list)
         started = time.perf_counter()
+        requests = []
         for key, by_agent in where.items():
             if set(by_agent) != set(AGENTS) or len({len(v) for v in by_agent.values()}) != 1:
                 raise ValueError(f"session {key!r}: the batch holds {({a: len(v) for a, v in by_agent.items()})} "
@@ -185,8 +195,9 @@ class SessionReward:
                                  "(use SessionRepeatSampler)")
             g = len(by_agent[AGENTS[0]])
             candidates = [{a: _text(completions[by_agent[a][k]]) for a in AGENTS} for k in range(g)]
-            rewarded = self.task_rewarded(key, step)
-            scored = self.scorer.score(key, candidates, task_rewarded=rewarded)
+            requests.append((key, candidates, self.task_rewarded(key, step)))
+        for (key, candidates, rewarded), scored in zip(requests, score_sessions(self.scorer, requests), strict=True):
+            by_agent, g = where[key], len(candidates)
             if len(scored) != g:
                 raise RuntimeError(f"session {key!r}: the scorer returned {len(scored)} rewards for {g} rollouts")
             for k, c in enumerate(scored):
