@@ -31,7 +31,9 @@ runs log.
 
 from __future__ import annotations
 
+import random
 import re
+import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -171,6 +173,15 @@ def candidate_reward(valid: Mapping[str, bool], tokens_written: Mapping[str, int
 def written_tokens(texts: Mapping[str, str], count: Callable[[str], int] = approx_tokens) -> dict[str, int]:
     """Tokens of each agent's written text (0 for none)."""
     return {a: count(texts.get(a) or "") if texts.get(a) else 0 for a in AGENTS}
+
+
+def task_rewarded_coin(seed: int, step: int, session_key: str, reward_density: int) -> bool:
+    """Reward density 1/d: whether a session gets the task reward at a training step, a seeded coin
+    per (seed, step, session), so every trainer and every process draws the same one."""
+    if reward_density == 1:
+        return True
+    rng = random.Random(zlib.crc32(f"{seed}|{step}|{session_key}".encode()))
+    return rng.random() < 1.0 / reward_density
 
 
 class CandidateScorer(Protocol):

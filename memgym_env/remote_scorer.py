@@ -85,6 +85,9 @@ class RemoteScorer:
             self._observations[session_key] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
         return self._observations[session_key]
 
+    def expert_action(self, session_key: str) -> dict[str, str]:
+        return dict(self._request("GET", "/expert", params={"session_key": session_key}))
+
     def score(self, session_key: str, candidates: Sequence[Mapping[str, str]], *,
               task_rewarded: bool = True) -> list[CandidateReward]:
         body = score_request(session_key, candidates, task_rewarded)

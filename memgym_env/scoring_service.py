@@ -9,6 +9,8 @@ sessions at once. Routes:
   client compares across replicas and against its own config before trusting the rewards;
 - ``GET  /observation?session_key=K``: the construction observation of a session (what the
   policy's prompts render);
+- ``GET  /expert?session_key=K``: the expert's four outputs for a session (what a plain GRPO
+  reward writes for the agents a row does not train);
 - ``POST /score``: ``{session_key, candidates, task_rewarded}`` -> ``{session_key, rewards,
   seconds}``, one reward per candidate (``memgym_env.score_wire`` spells the format out);
 - ``GET  /health``.
@@ -45,6 +47,10 @@ class ScoringService:
         self._check_key(key)
         return dict(self.scorer.observation(key))
 
+    def expert(self, key: Any) -> dict[str, str]:
+        self._check_key(key)
+        return self.scorer.expert_action(key)
+
     def score(self, body: dict[str, Any]) -> dict[str, Any]:
         key, candidates, rewarded = read_score_request(body)
         self._check_key(key)
@@ -79,6 +85,9 @@ class ScoringService:
         async def observation(request):
             return json_response(200, self.observation(request.query_params.get("session_key")))
 
+        async def expert(request):
+            return json_response(200, self.expert(request.query_params.get("session_key")))
+
         async def score(request):
             body = await read_json(request, self.max_body_bytes)
             return json_response(200, await run_in_threadpool(self.score, body))
@@ -89,6 +98,7 @@ class ScoringService:
 
         return [Route("/sessions", _guarded(sessions), methods=["GET"]),
                 Route("/observation", _guarded(observation), methods=["GET"]),
+                Route("/expert", _guarded(expert), methods=["GET"]),
                 Route("/score", _guarded(score), methods=["POST"]),
                 Route("/health", _guarded(health), methods=["GET"])]
 

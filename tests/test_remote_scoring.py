@@ -58,6 +58,7 @@ def test_two_replicas_give_the_local_rewards(replicas, local, config):
     assert remote.reward_density == local.reward_density
     for key in keys:
         assert remote.observation(key) == local.observation(key)
+        assert remote.expert_action(key) == local.expert_action(key)
         for rewarded in (True, False):
             assert plain(remote.score(key, candidates(local, key), task_rewarded=rewarded)) == plain(
                 local.score(key, candidates(local, key), task_rewarded=rewarded))

@@ -28,9 +28,7 @@ The trainer never imports the environment: the scorer arrives as an argument.
 from __future__ import annotations
 
 import json
-import random
 import time
-import zlib
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -41,7 +39,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
 from membuilder.ops import AGENTS, SEARCHABLE_AGENTS
-from membuilder.reward import CandidateScorer
+from membuilder.reward import CandidateScorer, task_rewarded_coin
 
 # ---- the ADRPO idea, in a few lines -----------------------------------------------------------
 
@@ -172,10 +170,7 @@ class SessionReward:
 
     def task_rewarded(self, session_key: str, step: int) -> bool:
         """Reward density 1/d: a seeded coin per (session, step)."""
-        if self.reward_density == 1:
-            return True
-        rng = random.Random(zlib.crc32(f"{self.seed}|{step}|{session_key}".encode()))
-        return rng.random() < 1.0 / self.reward_density
+        return task_rewarded_coin(self.seed, step, session_key, self.reward_density)
 
     def __call__(self, prompts, completions, session_key, agent, trainer_state=None, **_) -> list[float]:
         step = trainer_state.global_step if trainer_state is not None else 0
