@@ -167,7 +167,12 @@ class MemoryGymEnv(gym.Env):
     def share_models_with(self, other: MemoryGymEnv) -> None:
         """Use ``other``'s embedder cache, scoring models and episodes (one load for N envs)."""
         other.load_models()
-        self._cache, self._models, self._episodes = other._cache, other._models, other.episodes
+        self.use_scoring_models(other._cache, other._models)
+        self._episodes = other.episodes
+
+    def use_scoring_models(self, cache: EmbeddingCache, models: ScoringModels) -> None:
+        """Score with an embedding cache and models loaded elsewhere (a server's, shared by its sessions)."""
+        self._cache, self._models = cache, models
 
     def load_models(self) -> None:
         if self._models is None:

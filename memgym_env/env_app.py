@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import threading
 
 from memgym_env.construction_config import ConstructionConfig
 from memgym_env.scoring_service import ScoringService
@@ -26,14 +27,15 @@ def build_app(config: ConstructionConfig, users: list[int] | None = None, max_se
         raise ValueError("the OpenEnv environment needs openenv-core: pip install 'memgym[openenv]' "
                          "(or serve only /score with --openenv off)")
     scorer = SessionScorer(config, users, max_sessions_per_user)
-    service = ScoringService(scorer)
+    lock = threading.Lock()  # one user of the shared models at a time: /score and every OpenEnv session
+    service = ScoringService(scorer, lock=lock)
     what = (f"MemoryGym-v0 /score over {len(scorer.session_keys())} sessions "
             f"(answer mode {config.answer_mode}, embedder {config.embedder})")
     if openenv == "off" or not openenv_installed():
         return service.app(), what + ("" if openenv == "off" else "; OpenEnv off: openenv-core is not installed")
     from memgym_env.openenv_env import openenv_app
 
-    app = openenv_app(config, scorer, max_concurrent_envs)
+    app = openenv_app(config, scorer.cache, scorer.models, lock, max_concurrent_envs)
     taken = {getattr(r, "path", None) for r in app.router.routes}
     # OpenEnv answers /health itself; the scoring routes go in beside its own.
     app.router.routes.extend(r for r in service.routes() if r.path not in taken)

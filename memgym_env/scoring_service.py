@@ -33,9 +33,10 @@ from memgym_env.session_scorer import SessionScorer
 
 
 class ScoringService:
-    def __init__(self, scorer: SessionScorer, max_body_bytes: int = 32 * 1024 * 1024):
+    def __init__(self, scorer: SessionScorer, max_body_bytes: int = 32 * 1024 * 1024,
+                 lock: threading.Lock | None = None):
         self.scorer, self.max_body_bytes = scorer, max_body_bytes
-        self.lock = threading.Lock()
+        self.lock = lock or threading.Lock()  # shared with whatever else uses the scorer's models
         self.waiting = 0
         self.scored = 0
 
