@@ -63,16 +63,18 @@ class LadderArgs:
                 "the command line)."})
     train_users: str = field(default="0-7", metadata={"help": "Users whose sessions SFT and RL see."})
     held_out_users: str = field(default="8-15", metadata={"help": "Users only evaluated on."})
-    sft_sessions_per_user: int | None = field(default=6, metadata={"help": "First N sessions of each training user "
+    sft_sessions_per_user: int | None = field(default=16, metadata={"help": "First N sessions of each training user "
                                                                            "for SFT (None: all)."})
     rl_sessions_per_user: int | None = field(default=None, metadata={"help": "First N sessions of each training user "
                                                                             "for RL (None: all)."})
     eval_sessions_per_user: int = field(default=6, metadata={"help": "First N sessions of each held-out user."})
     seeds: list[int] = field(default_factory=lambda: [0, 1], metadata={"help": "RL seeds."})
     sft_seed: int = field(default=0, metadata={"help": "Seed of the one SFT run every RL seed starts from."})
-    sft_epochs: float = field(default=1.0, metadata={"help": "SFT epochs over the oracle rows."})
+    sft_epochs: float = field(default=2.0, metadata={"help": "SFT epochs over the oracle rows."})
     sft_learning_rate: float = field(default=1e-3, metadata={"help": "SFT learning rate (LoRA)."})
     sft_gradient_accumulation_steps: int = field(default=4, metadata={"help": "SFT micro-batches per update."})
+    sft_keep_empty_rows: float = field(default=0.25, metadata={
+        "help": "Share of SFT rows kept whose oracle output writes nothing (sft.py's keep_empty_rows)."})
     rl_steps: int = field(default=10, metadata={"help": "ADRPO/GRPO optimizer steps (one session each)."})
     rl_generations: int = field(default=8, metadata={"help": "G, completions per agent prompt."})
     rl_temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of the rollouts."})
@@ -80,7 +82,7 @@ class LadderArgs:
     adrpo_alpha: float = field(default=4.0, metadata={"help": "alpha of the ADRPO stage (GRPO is alpha 1)."})
     eval_max_new_tokens: int = field(default=160, metadata={"help": "Longest evaluated output per agent."})
     eval_batch_size: int = field(default=16, metadata={"help": "Prompts generated together."})
-    max_prompt_tokens: int = field(default=768, metadata={"help": "Prompt budget (memory view cut first), SFT and RL."})
+    max_prompt_tokens: int = field(default=384, metadata={"help": "Prompt budget (memory view cut first), SFT and RL."})
     curve_every: int = field(default=5, metadata={"help": "Held-out reward every N RL steps (0: only at the end)."})
     curve_sessions: int = field(default=12, metadata={"help": "Held-out sessions of each curve point."})
     choice_answerer: str | None = field(default=None, metadata={
@@ -126,6 +128,7 @@ def train_sft(a: LadderArgs, folder: Path) -> str:
             *_stage_env(a, a.sft_config, a.sft_sessions_per_user),
             "--seed", str(a.sft_seed), "--output_dir", str(folder), "--save_policy_to", str(folder / "policy"),
             "--dataset_jsonl", str(folder / "sft_rows.jsonl"), "--num_train_epochs", str(a.sft_epochs),
+            "--keep_empty_rows", str(a.sft_keep_empty_rows),
             "--learning_rate", str(a.sft_learning_rate), "--save_strategy", "no",
             "--gradient_accumulation_steps", str(a.sft_gradient_accumulation_steps)])
         _log_history(folder, trainer)

@@ -54,6 +54,8 @@ class SFTScriptArgs(EnvArgs, BenchmarkEvalArgs):
     save_policy_to: str | None = field(default=None, metadata={"help": "Write adapter/ and merged/ here at the end."})
     max_prompt_tokens: int | None = field(default=None, metadata={
         "help": "Cut each prompt's memory view to this many tokens, as ADRPO and the held-out evaluation do."})
+    keep_empty_rows: float = field(default=1.0, metadata={
+        "help": "Share of rows kept whose expert output writes nothing (chosen by a hash of session and agent)."})
 
 
 def sft_records(args: SFTScriptArgs):
@@ -85,11 +87,13 @@ def build(argv=None):
     script, sft_args, model_args = TrlParser((SFTScriptArgs, SFTConfig, ModelConfig)).parse_args_and_config(argv)
     set_seed(sft_args.seed)
     model, tokenizer, _ = load_policy(model_args.model_name_or_path, model_args.dtype, frozen_base=model_args.use_peft)
-    rows = sft_rows(sft_records(script), length=token_counter(tokenizer), max_prompt_tokens=script.max_prompt_tokens)
+    records = sft_records(script)
+    rows = sft_rows(records, length=token_counter(tokenizer), max_prompt_tokens=script.max_prompt_tokens,
+                    keep_empty=script.keep_empty_rows)
     if script.dataset_jsonl:
         write_jsonl(rows, script.dataset_jsonl)
     dataset = to_dataset(rows)
-    print(f"SFT rows: {len(dataset)} ({len(rows) // 4} sessions x 4 agents)")
+    print(f"SFT rows: {len(dataset)} of {len(records)} sessions x 4 agents (keep_empty_rows {script.keep_empty_rows})")
     trainer = build_sft_trainer(model, tokenizer, dataset, sft_args, peft_config=peft_from(model_args, model))
     add_benchmark_eval(trainer, script)
     return trainer, script, tokenizer

@@ -21,6 +21,7 @@ asked again, so an interrupted LLM run resumes where it stopped.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -30,7 +31,7 @@ from typing import Any
 
 from membuilder.agents.constructor import MemBuilderPolicy, build_observation, render_prompt
 from membuilder.llm.base import Sampling
-from membuilder.ops import AGENTS
+from membuilder.ops import AGENTS, parse
 from membuilder.training.prompts import PromptLength, fit_prompt
 
 # An observation -> {agent: raw output}.
@@ -131,16 +132,33 @@ def build_trajectory(sessions: Sequence[SessionText], write, bank, *, view_k: in
     return records
 
 
+def _kept(key: str, agent: str, share: float) -> bool:
+    # A hash, not an RNG: the same rows are kept in every run and process, whatever the seed.
+    return int.from_bytes(hashlib.sha256(f"{key}/{agent}".encode()).digest()[:4], "big") < share * 2**32
+
+
+def writes_nothing(agent: str, output: str) -> bool:
+    """True when an output is valid and holds no operation (e.g. ``{"operations": []}``)."""
+    parsed = parse(agent, output)
+    return parsed.valid and not parsed.ops
+
+
 def sft_rows(records: Iterable[Mapping[str, Any]], agents: Sequence[str] = AGENTS, length: PromptLength | None = None,
-             max_prompt_tokens: int | None = None) -> list[dict[str, Any]]:
+             max_prompt_tokens: int | None = None, keep_empty: float = 1.0) -> list[dict[str, Any]]:
     """One chat row per (session, agent): the agent's prompt, then the expert's output as the assistant turn.
 
     With ``length`` and ``max_prompt_tokens`` the prompt is cut exactly as RL and the held-out
     evaluation cut it (``prompts.fit_prompt``), so SFT trains on the prompts the policy later sees.
+    ``keep_empty`` is the share of rows kept whose expert output writes nothing: on a CPU such a
+    row costs a whole prompt to teach a five-token answer the model learns from a few examples.
     """
+    if not 0.0 <= keep_empty <= 1.0:
+        raise ValueError(f"keep_empty must be in [0, 1], got {keep_empty}")
     rows = []
     for r in records:
         for agent in agents:
+            if keep_empty < 1.0 and writes_nothing(agent, r["outputs"][agent]) and not _kept(r["key"], agent, keep_empty):
+                continue
             prompt = (fit_prompt(agent, r["observation"], length, max_prompt_tokens) if length
                       else render_prompt(agent, r["observation"]))
             messages = prompt + [{"role": "assistant", "content": r["outputs"][agent]}]
