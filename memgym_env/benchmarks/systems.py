@@ -9,6 +9,7 @@ holds it) and gives, for each question, the ``Context`` the answerer sees:
 | ``oracle-evidence`` | nothing built | only the evidence turns (an upper bound for reading) |
 | ``rag`` | raw message windows, embedded | the top-5 chunks |
 | ``membuilder`` | Core + Episodic/Semantic/Procedural bank, built session by session | Core + top-10 entries |
+| ``mem0``, ``mem0-infer``, ``a-mem`` | the published systems, run as they ship (``memgym_env/peers``) | their top-10 memories |
 
 Every context also says, where it can, whether the evidence reached memory (``written``) and
 whether it was in front of the answerer (``read``), so a wrong answer splits into write, read or
@@ -37,11 +38,12 @@ from membuilder.llm.base import Sampling
 from membuilder.memory import MemoryBank
 from membuilder.ops import AGENTS
 from memgym_env.conversation import Conversation, QAItem, Session
+from memgym_env.peers import PEER_SYSTEMS
 
 from .answering import memory_block
 from .locomo_f1 import answer_tokens
 
-SYSTEMS = ("membuilder", "rag", "full-context", "oracle-evidence")
+SYSTEMS = ("membuilder", "rag", "full-context", "oracle-evidence") + PEER_SYSTEMS
 
 
 @dataclass

@@ -1,0 +1,31 @@
+"""The OpenAI-compatible endpoint a peer's own client calls for its model.
+
+A model already behind a server (an ``openai:...@url`` spec) is used where it is. A local model
+(a short name or a checkpoint) is put behind ``memgym serve``'s server on loopback, in this
+process, on a free port: the peer then talks HTTP to the very model object the run meters.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from membuilder.peers.mem0_store import Endpoint
+
+
+def model_endpoint(model: Any, max_tokens: int = 256, context_length: int | None = None):
+    """``(Endpoint, server or None)`` for ``model``; stop the server with ``server.stop()``.
+
+    ``context_length`` overrides the loopback server's prompt + completion limit (default: the
+    model's own); a longer prompt is refused with HTTP 400, which a peer counts as a failed write.
+    """
+    http = getattr(model, "http", None)
+    if http is not None and getattr(model, "model", None):  # an OpenAIChatModel: its server already exists
+        key = os.environ.get(http.api_key_env) if http.api_key_env else None
+        return Endpoint(http.base_url, model.model, key or "unused", max_tokens), None
+    from membuilder.llm.server import ModelServer, ServeLimits
+
+    server = ModelServer(model, None, host="127.0.0.1", port=0, chat_name=getattr(model, "name", "local"),
+                         accept_json_object=True, limits=ServeLimits(context_length=context_length))
+    server.start()
+    return Endpoint(server.url, server.chat_name, "unused", max_tokens), server

@@ -1,0 +1,8 @@
+"""Published memory systems as ``memgym eval`` systems (``mem0``, ``mem0-infer``, ``a-mem``).
+
+Each adapter is imported only when its system is asked for, so ``memgym eval`` works without
+the optional ``memgym[peers]`` packages installed.
+"""
+
+PEER_SYSTEMS = ("mem0", "mem0-infer")
+INFERRING_PEERS = ("mem0-infer",)  # peers whose writes call a model (the --model spec)

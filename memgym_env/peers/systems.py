@@ -1,0 +1,33 @@
+"""``make_peer``: a peer system for ``memgym eval`` from its configuration (imported lazily by
+the runner, so the peers' packages are needed only when a peer is asked for)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _embedder_path(cfg, models: dict[str, Any]) -> tuple[str, int]:
+    """The local sentence-transformers folder (and dimension) a peer's own embedder loads."""
+    emb = models.get("embedder")
+    path = getattr(emb, "path", None)
+    if not path:
+        raise ValueError(f"--system {cfg.system} embeds with its own sentence-transformers wrapper: --embedder must "
+                         f"be a local model (minilm or a folder), not {cfg.embedder!r}")
+    return path, int(emb.dim)
+
+
+def make_peer(cfg, models: dict[str, Any]):
+    path, dim = _embedder_path(cfg, models)
+    endpoint = server = None
+    if cfg.system in ("mem0-infer", "a-mem"):
+        from membuilder.peers.endpoint import model_endpoint
+
+        endpoint, server = model_endpoint(models["model"], cfg.construct_max_tokens, cfg.serve_context_length)
+    if cfg.system in ("mem0", "mem0-infer"):
+        from memgym_env.peers.mem0_system import Mem0System
+
+        return Mem0System(path, k=cfg.answer_k, infer=cfg.system == "mem0-infer", endpoint=endpoint,
+                          window=cfg.peer_window, dim=dim, server=server)
+    from memgym_env.peers.a_mem_system import AMemSystem
+
+    return AMemSystem(path, k=cfg.answer_k, endpoint=endpoint, server=server)
