@@ -66,6 +66,25 @@ def test_oracle_dataset_renders_the_policy_prompts_on_the_expert_snapshot(episod
     assert ds.column_names == ["messages", "session_key", "agent", "source"] and len(ds) == 24
 
 
+def test_keep_empty_rows_drops_a_stable_share_of_answers_that_write_nothing():
+    from membuilder.training.trajectories import writes_nothing
+
+    records = expert_records(CONFIG, [0, 1], limit=None)
+    every = sft_rows(records)
+    empty = [r for r in every if writes_nothing(r["agent"], r["messages"][-1]["content"])]
+    assert 20 <= len(empty) < len(every)  # the oracle leaves some agents with nothing to write
+    kept = sft_rows(records, keep_empty=0.25)
+    kept_empty = [r for r in kept if writes_nothing(r["agent"], r["messages"][-1]["content"])]
+    # every row that writes something stays; about a quarter of the others, the same ones each time
+    assert len(kept) - len(kept_empty) == len(every) - len(empty)
+    assert 0.1 * len(empty) <= len(kept_empty) <= 0.4 * len(empty)
+    assert kept == sft_rows(records, keep_empty=0.25)
+    assert [r for r in sft_rows(records, keep_empty=0.0) if writes_nothing(r["agent"], r["messages"][-1]["content"])] == []
+    assert sft_rows(records, keep_empty=1.0) == every
+    with pytest.raises(ValueError, match="keep_empty"):
+        sft_rows(records, keep_empty=1.5)
+
+
 def test_llm_expert_trajectory_resumes_from_its_jsonl(episodes, embedder, tmp_path):
     from membuilder.memory.bank import MemoryBank
 
