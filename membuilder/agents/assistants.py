@@ -8,17 +8,19 @@ from typing import Any
 from membuilder.agents.assistant import ChatAssistant
 from membuilder.agents.awe import AWEAssistant
 from membuilder.agents.awi import AWIAssistant
+from membuilder.agents.mem0_assistant import Mem0Assistant, Mem0InferAssistant
 from membuilder.agents.membuilder_assistant import MemBuilderAssistant
 from membuilder.agents.native import NativeAssistant
 from membuilder.agents.oracle import OracleAssistant
 from membuilder.agents.rag import RAGAssistant
 
-ASSISTANTS = ("native", "rag", "awe", "awi", "membuilder", "oracle")
-NEEDS_EMBEDDER = ("rag", "awe", "membuilder")
+ASSISTANTS = ("native", "rag", "awe", "awi", "membuilder", "oracle", "mem0", "mem0-infer")
+NEEDS_EMBEDDER = ("rag", "awe", "membuilder", "mem0", "mem0-infer")
 
 
 CLASSES = {"native": NativeAssistant, "rag": RAGAssistant, "awe": AWEAssistant, "awi": AWIAssistant,
-           "membuilder": MemBuilderAssistant, "oracle": OracleAssistant}
+           "membuilder": MemBuilderAssistant, "oracle": OracleAssistant,
+           "mem0": Mem0Assistant, "mem0-infer": Mem0InferAssistant}  # the mem0ai package: extra memgym[peers]
 
 
 def assistant_class(name: str):

@@ -13,11 +13,26 @@ from typing import Any
 from membuilder.peers.mem0_store import Endpoint
 
 
-def model_endpoint(model: Any, max_tokens: int = 256, context_length: int | None = None):
+class _Booked:
+    """``model`` with every call the server makes booked under ``purpose`` in its usage ledger."""
+
+    def __init__(self, model: Any, purpose: str):
+        self._model, self._purpose = model, purpose
+
+    def generate(self, conversations, sampling=None):
+        return self._model.generate(conversations, sampling, purpose=self._purpose)
+
+    def __getattr__(self, name: str):
+        return getattr(self._model, name)
+
+
+def model_endpoint(model: Any, max_tokens: int = 256, context_length: int | None = None, purpose: str = "write"):
     """``(Endpoint, server or None)`` for ``model``; stop the server with ``server.stop()``.
 
     ``context_length`` overrides the loopback server's prompt + completion limit (default: the
     model's own); a longer prompt is refused with HTTP 400, which a peer counts as a failed write.
+    A local model's calls are booked under ``purpose`` (a served one books nothing here: its
+    tokens come from the responses' usage).
     """
     http = getattr(model, "http", None)
     if http is not None and getattr(model, "model", None):  # an OpenAIChatModel: its server already exists
@@ -25,6 +40,8 @@ def model_endpoint(model: Any, max_tokens: int = 256, context_length: int | None
         return Endpoint(http.base_url, model.model, key or "unused", max_tokens), None
     from membuilder.llm.server import ModelServer, ServeLimits
 
+    if hasattr(model, "ledger"):
+        model = _Booked(model, purpose)
     server = ModelServer(model, None, host="127.0.0.1", port=0, chat_name=getattr(model, "name", "local"),
                          accept_json_object=True, limits=ServeLimits(context_length=context_length))
     server.start()

@@ -46,21 +46,22 @@ IDENTITY = ("world_digest", "assistant", "model", "constructor", "simulator", "r
 @dataclass
 class RunConfig:
     world: str = field(metadata={"help": "world file (data.json format, e.g. from `memgym world generate`)"})
-    assistant: str = field(metadata={"help": "native, rag, awe, awi, membuilder or oracle; a comma list runs each into OUT/<name>"})
+    assistant: str = field(metadata={"help": "native, rag, awe, awi, membuilder, oracle, mem0 or mem0-infer (memgym[peers]); "
+                                             "a comma list runs each into OUT/<name>"})
     out: str = field(metadata={"help": "run folder (resumed when it exists)"})
     model: str = field(default="smollm2-135m", metadata={"help": "chat model spec of the assistant, answerer and checker"})
     policy_model: str = field(default=TRAINED_POLICY, metadata={
         "help": "membuilder's memory constructor where --model is SmolLM2-135M: the trained policy, or "
                 "smollm2-135m for the untrained base (any other --model constructs with itself)"})
-    embedder: str = field(default="minilm", metadata={"help": "embedder spec (rag, awe, membuilder)"})
+    embedder: str = field(default="minilm", metadata={"help": "embedder spec (rag, awe, membuilder, mem0)"})
     simulator: str = field(default="template", metadata={"help": "user simulator: template (offline) or llm (the model)"})
     replay: str | None = field(default=None, metadata={"help": "off-policy: a run folder whose interactions to feed, or 'world'"})
     users: int | None = field(default=None, metadata={"help": "only the first N users"})
     seed: int = field(default=0, metadata={"help": "seed of random choices and template follow-ups"})
     reply_tokens: int = field(default=48, metadata={"help": "longest assistant reply"})
-    write_tokens: int = field(default=128, metadata={"help": "longest memory-writing output (awe, awi, membuilder)"})
+    write_tokens: int = field(default=128, metadata={"help": "longest memory-writing output (awe, awi, membuilder, mem0-infer)"})
     context_tokens: int = field(default=1024, metadata={"help": "most tokens of memory text in a prompt"})
-    top_k: int | None = field(default=None, metadata={"help": "retrieved items for rag/awe (published default 30)"})
+    top_k: int | None = field(default=None, metadata={"help": "retrieved items for rag/awe/mem0 (published default 30)"})
     factual_recall: bool = field(default=True, metadata={"help": "check each period's new facts against memory"})
     checker: str | None = field(default=None, metadata={"help": "model spec of the factual-recall checker (default: --model)"})
     evolve: str = field(default="none", metadata={"help": "self-evolution of awe/awi: none, question-only, complete"})
@@ -73,9 +74,9 @@ class RunConfig:
 
     def assistant_options(self) -> dict[str, Any]:
         opts: dict[str, Any] = {"reply_tokens": self.reply_tokens, "context_tokens": self.context_tokens}
-        if self.assistant in ("awe", "awi", "membuilder"):
+        if self.assistant in ("awe", "awi", "membuilder", "mem0-infer"):
             opts["write_tokens"] = self.write_tokens
-        if self.top_k is not None and self.assistant in ("rag", "awe"):
+        if self.top_k is not None and self.assistant in ("rag", "awe", "mem0", "mem0-infer"):
             opts["top_k"] = self.top_k
         return opts
 
@@ -286,11 +287,16 @@ def play_users(cfg: RunConfig, world: World, users: list[WorldUser], model, embe
     assistant = make_assistant(cfg.assistant, model, embedder, **options)
     replay = recorded_sessions(cfg.replay, world) if cfg.replay else None
     simulator = ReplaySimulator(replay) if replay is not None else make_simulator(cfg.simulator, model, cfg.seed)
-    for user in users:
-        done = finished_periods(run, user)
-        if done < len(user.periods):
-            UserRun(cfg, run, world, user, assistant, model, simulator, replay, upper_cache,
-                    on_period_end, checker, constructor).play(done, progress)
+    try:
+        for user in users:
+            done = finished_periods(run, user)
+            if done < len(user.periods):
+                UserRun(cfg, run, world, user, assistant, model, simulator, replay, upper_cache,
+                        on_period_end, checker, constructor).play(done, progress)
+    finally:
+        close = getattr(assistant, "close", None)  # peers hold a temporary store and maybe a loopback server
+        if close is not None:
+            close()
 
 
 def load_run_models(cfgs: list[RunConfig], threads: int | None = None):
