@@ -11,9 +11,9 @@ Endpoints
   the vLLM extension ``prompt_logprobs`` with ``continue_final_message`` (used by the openai
   backend's ``choice_logprobs``). ``response_format`` with a JSON schema is refused with 400:
   this server cannot constrain decoding, and saying so lets a client fall back knowingly.
-  ``json_object`` is refused too unless the server is started with ``accept_json_object``
-  (``--accept-json-object``): then the reply is generated unconstrained and the client's own
-  parser judges it (what Mem0's inferred writes need).
+  ``json_object`` is refused too. Started with ``unconstrained_json`` (``--unconstrained-json``),
+  the server answers both with an unconstrained reply that the client's own parser judges (what
+  Mem0's and A-Mem's writes need: they treat an unreadable reply as a failed write).
   Streaming is not offered.
 - ``POST /v1/embeddings``: ``input`` (a string or a list of at most 2048 strings).
 - ``POST /tokenize``: ``prompt`` -> ``{"tokens": [...], "count": n}`` (as vLLM).
@@ -226,7 +226,7 @@ class ModelServer:
 
     def __init__(self, chat_model: Any, embedder: Any = None, host: str = "127.0.0.1", port: int = 8000,
                  chat_name: str | None = None, embedder_name: str | None = None, max_batch: int = 16,
-                 api_key: str | None = None, limits: ServeLimits | None = None, accept_json_object: bool = False):
+                 api_key: str | None = None, limits: ServeLimits | None = None, unconstrained_json: bool = False):
         if not is_loopback(host) and not api_key:
             raise ValueError(f"binding {host} serves anyone who can reach this machine: set an API key "
                              f"(--api-key or ${API_KEY_ENV}), or bind 127.0.0.1")
@@ -236,9 +236,9 @@ class ModelServer:
         self.limits = limits or ServeLimits()
         self.context_length = self.limits.context_length or model_context_length(chat_model)
         self.api_key = api_key or None
-        # Clients such as Mem0 send json_object on every call and parse the reply themselves, so
-        # an unconstrained reply is what they can use; json_schema stays refused either way.
-        self.accept_json_object = accept_json_object
+        # Clients such as Mem0 and A-Mem ask for JSON on every call and parse the reply themselves,
+        # counting a reply they cannot read as a failed write: an unconstrained reply is what they can use.
+        self.unconstrained_json = unconstrained_json
         self.batcher = GenerationBatcher(chat_model, max_batch=max_batch)
         self._embed_lock = threading.Lock()  # one encode at a time: torch threads already use the cores
         self.in_flight = 0  # model requests waiting or running (touched only on the event loop)
@@ -292,8 +292,7 @@ class ModelServer:
         if body.get("stream"):
             raise RequestError("streaming is not offered by memgym serve; send stream=false")
         fmt = body.get("response_format") or {}
-        refused = ("json_schema",) if self.accept_json_object else ("json_schema", "json_object")
-        if isinstance(fmt, dict) and fmt.get("type") in refused:
+        if isinstance(fmt, dict) and fmt.get("type") in ("json_schema", "json_object") and not self.unconstrained_json:
             raise RequestError(f"response_format '{fmt['type']}' is not supported: memgym serve cannot "
                                "constrain decoding; send the request without response_format")
         try:

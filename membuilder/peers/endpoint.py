@@ -7,6 +7,7 @@ process, on a free port: the peer then talks HTTP to the very model object the r
 
 from __future__ import annotations
 
+import inspect
 import os
 from typing import Any
 
@@ -18,9 +19,11 @@ class _Booked:
 
     def __init__(self, model: Any, purpose: str):
         self._model, self._purpose = model, purpose
+        self._stoppable = "should_stop" in inspect.signature(model.generate).parameters
 
-    def generate(self, conversations, sampling=None):
-        return self._model.generate(conversations, sampling, purpose=self._purpose)
+    def generate(self, conversations, sampling=None, *, purpose=None, should_stop=None):
+        kwargs = {"should_stop": should_stop} if should_stop is not None and self._stoppable else {}
+        return self._model.generate(conversations, sampling, purpose=self._purpose, **kwargs)
 
     def __getattr__(self, name: str):
         return getattr(self._model, name)
@@ -43,6 +46,6 @@ def model_endpoint(model: Any, max_tokens: int = 256, context_length: int | None
     if hasattr(model, "ledger"):
         model = _Booked(model, purpose)
     server = ModelServer(model, None, host="127.0.0.1", port=0, chat_name=getattr(model, "name", "local"),
-                         accept_json_object=True, limits=ServeLimits(context_length=context_length))
+                         unconstrained_json=True, limits=ServeLimits(context_length=context_length))
     server.start()
     return Endpoint(server.url, server.chat_name, "unused", max_tokens), server

@@ -40,9 +40,9 @@ def add_arguments(parser) -> None:
                         help="requests waiting or running at once; one more is answered 429 (default: 256)")
     parser.add_argument("--max-tokens", type=int, default=2048,
                         help="completion tokens per request at most; larger max_tokens are lowered (default: 2048)")
-    parser.add_argument("--accept-json-object", action="store_true",
-                        help="serve response_format json_object requests unconstrained (the client parses the "
-                             "reply; Mem0's inferred writes need this); json_schema stays refused")
+    parser.add_argument("--unconstrained-json", action="store_true",
+                        help="answer response_format json_object / json_schema requests with unconstrained text "
+                             "that the client parses itself (Mem0 and A-Mem writes need this; default: refuse them)")
     parser.add_argument("--context-length", type=int, default=None,
                         help="prompt + completion tokens per request (default: the model's own context length)")
 
@@ -64,7 +64,7 @@ def run(args) -> int:
     embedder = None if args.no_embedder else load_embedder(args.embedder)
     server = ModelServer(model, embedder, host=args.host, port=args.port, chat_name=args.served_name or args.model,
                          embedder_name=args.embedder if embedder is not None else None, max_batch=args.max_batch,
-                         api_key=api_key, limits=limits, accept_json_object=args.accept_json_object)
+                         api_key=api_key, limits=limits, unconstrained_json=args.unconstrained_json)
     print(f"memgym serve: {args.served_name or args.model} at {server.url} "
           f"(embeddings: {args.embedder if embedder is not None else 'off'}; context {server.context_length} tokens, "
           f"max_tokens {limits.max_tokens}, queue {limits.max_queue}; API key {'on' if api_key else 'off'}); "
