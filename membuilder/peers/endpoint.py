@@ -34,7 +34,8 @@ def model_endpoint(model: Any, max_tokens: int = 256, context_length: int | None
 
     ``context_length`` overrides the loopback server's prompt + completion limit (default: the
     model's own); a longer prompt is refused with HTTP 400, which a peer counts as a failed write.
-    A local model's calls are booked under ``purpose`` (a served one books nothing here: its
+    A local model's replies are capped at ``max_tokens`` by the server (A-Mem sends no limit of its
+    own), and its calls are booked under ``purpose`` (a served one books nothing here: its
     tokens come from the responses' usage).
     """
     http = getattr(model, "http", None)
@@ -46,6 +47,6 @@ def model_endpoint(model: Any, max_tokens: int = 256, context_length: int | None
     if hasattr(model, "ledger"):
         model = _Booked(model, purpose)
     server = ModelServer(model, None, host="127.0.0.1", port=0, chat_name=getattr(model, "name", "local"),
-                         unconstrained_json=True, limits=ServeLimits(context_length=context_length))
+                         unconstrained_json=True, limits=ServeLimits(context_length=context_length, max_tokens=max_tokens))
     server.start()
     return Endpoint(server.url, server.chat_name, "unused", max_tokens), server

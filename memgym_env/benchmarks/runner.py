@@ -79,8 +79,8 @@ class EvalConfig:
     context_tokens: int = field(default=6000, metadata={"help": "history budget of full-context, in answerer tokens"})
     construct_max_tokens: int = field(default=384, metadata={"help": "new tokens per memory-agent output (membuilder; "
                                                                       "per write of mem0-infer and a-mem)"})
-    peer_window: int = field(default=0, metadata={"help": "messages per inferred write of mem0-infer (0: one write "
-                                                           "per session)"})
+    peer_window: int = field(default=0, metadata={"help": "messages per inferred write: mem0-infer (0: one write per "
+                                                           "session), a-mem (0: one note per turn, as published)"})
     serve_context_length: int | None = field(default=None, metadata={
         "help": "context of the loopback server MemGym starts for mem0-infer / a-mem over a local --model "
                 "(default: the model's own; a longer prompt is a refused write)"})
@@ -125,7 +125,8 @@ def load_embedder(spec: str):
 
 def _versions() -> dict[str, str]:
     out = {"python": sys.version.split()[0], "platform": platform.platform()}
-    for pkg in ("memgym", "torch", "transformers", "sentence-transformers", "nltk", "faiss-cpu", "vllm", "openai"):
+    for pkg in ("memgym", "torch", "transformers", "sentence-transformers", "nltk", "faiss-cpu", "vllm", "openai",
+                "mem0ai", "a-mem", "chromadb"):
         try:
             out[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:

@@ -4,5 +4,5 @@ Each adapter is imported only when its system is asked for, so ``memgym eval`` w
 the optional ``memgym[peers]`` packages installed.
 """
 
-PEER_SYSTEMS = ("mem0", "mem0-infer")
-INFERRING_PEERS = ("mem0-infer",)  # peers whose writes call a model (the --model spec)
+PEER_SYSTEMS = ("mem0", "mem0-infer", "a-mem")
+INFERRING_PEERS = ("mem0-infer", "a-mem")  # peers whose writes call a model (the --model spec)

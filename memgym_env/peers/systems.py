@@ -30,4 +30,4 @@ def make_peer(cfg, models: dict[str, Any]):
                           window=cfg.peer_window, dim=dim, server=server)
     from memgym_env.peers.a_mem_system import AMemSystem
 
-    return AMemSystem(path, k=cfg.answer_k, endpoint=endpoint, server=server)
+    return AMemSystem(path, k=cfg.answer_k, endpoint=endpoint, window=cfg.peer_window or 1, server=server)
