@@ -17,6 +17,10 @@ EXAMPLES = """examples:
       --system rag --answerer smollm2-135m --judge smollm2-135m --out runs/locomo-rag --limit 20
   memgym eval --benchmark longmemeval --data longmemeval_s_cleaned.json.gz --system membuilder \\
       --model smollm2-135m --out runs/lme-s
+  memgym eval --benchmark locomo --data ../shared/data/locomo/locomo10_conv-26.json --system mem0 \\
+      --out runs/locomo-mem0 --limit 20          # Mem0 as published, raw turns (pip install 'memgym[peers]')
+  memgym eval --benchmark locomo --data ../shared/data/locomo/locomo10_conv-26.json --system mem0-infer \\
+      --model openai:Qwen/Qwen3-4B@http://127.0.0.1:8000/v1 --out runs/locomo-mem0-infer
   memgym eval --benchmark perltqa --data perltmem_en_v2.json --qa-data perltqa_en_v2.json \\
       --system oracle-evidence --out runs/perltqa-oracle
 

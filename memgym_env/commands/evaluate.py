@@ -21,6 +21,7 @@ EXAMPLES = """examples:
   memgym evaluate --world world.json --assistant membuilder --policy-model smollm2-135m --out runs/untrained
   memgym evaluate --world world.json --assistant rag,oracle --workers 2 --out runs/two-cores
   memgym evaluate --world world.json --assistant rag --replay runs/native --out runs/rag-off
+  memgym evaluate --world world.json --assistant mem0,mem0-infer --out runs/mem0   # pip install 'memgym[peers]'
   memgym evaluate --world world.json --assistant awi --evolve complete --out runs/awi-evolve
   memgym report runs/all/* runs/rag-off
 

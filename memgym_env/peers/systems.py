@@ -16,7 +16,23 @@ def _embedder_path(cfg, models: dict[str, Any]) -> tuple[str, int]:
     return path, int(emb.dim)
 
 
+def _check_installed(system: str) -> None:
+    """A missing peer package is a one-line error before any model is started."""
+    try:
+        if system == "a-mem":
+            from memgym_env.peers.a_mem_system import import_a_mem
+
+            import_a_mem()
+        else:
+            from membuilder.peers.mem0_store import import_mem0
+
+            import_mem0()
+    except ImportError as exc:
+        raise ValueError(f"--system {system}: {exc}") from exc
+
+
 def make_peer(cfg, models: dict[str, Any]):
+    _check_installed(cfg.system)
     path, dim = _embedder_path(cfg, models)
     endpoint = server = None
     if cfg.system in ("mem0-infer", "a-mem"):
