@@ -75,6 +75,12 @@ bench-engines: setup
 acceptance: setup
 	$(PY) bench/interactive_acceptance.py
 
+# rag, membuilder, Mem0 (raw and inferred) and A-Mem side by side on conv-26 and the LongMemEval
+# sample, one answerer and judge (bench/peers_side_by_side.py; hours on 2 cores: see the README).
+.PHONY: peers
+peers: setup
+	$(PY) bench/peers_side_by_side.py
+
 # base -> SFT -> SFT+GRPO / SFT+ADRPO on held-out users; about an hour on 2 CPU cores.
 ladder: setup
 	$(PY) train/ladder.py --config configs/train/ladder_smollm2_cpu.yaml
