@@ -64,6 +64,7 @@ bench: setup
 	$(PY) bench/generation.py --threads 1
 	$(PY) bench/bf16_agreement.py
 	$(PY) bench/longmemeval_read.py
+	$(PY) bench/remote_scoring.py
 
 # Engines against each other on whole jobs (about 40 minutes on 2 cores): an ADRPO step and the
 # answer stage of a 40-question LoCoMo eval, with transformers and (given .venv-vllm) vLLM.
