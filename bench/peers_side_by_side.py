@@ -6,7 +6,8 @@ grade from it, with the judge check on; each system and benchmark is an ordinary
 folder under ``--out`` (rerun the command to resume). The table goes to stdout and to
 ``<out>/table.md``: judge accuracy with a 95% Wilson interval (computed here: ``memgym eval``
 reports counts), LoCoMo token F1, recall@k, the judge check, and each system's build and
-retrieval cost.
+retrieval cost ("failed model replies": writes the endpoint refused or whose reply the peer
+could not parse, by the peer's own account).
 
     python bench/peers_side_by_side.py                       # everything (hours on 2 CPU cores)
     python bench/peers_side_by_side.py --systems rag,mem0 --locomo-limit 10 --lme-limit 1
@@ -53,7 +54,8 @@ def row(bench: str, system: str, results: dict) -> dict:
     stages = run["invocations"][-1]["stages"] if run.get("invocations") else {}
     build, retrieve = stages.get("build", {}), stages.get("retrieve", {})
     builds = run.get("builds", {}).values()
-    failed = sum(b.get(k, 0) for b in builds for k in ("writes_refused", "writes_unparsed", "failed_analyses"))
+    failed = sum(b.get(k, 0) for b in builds
+                 for k in ("writes_refused", "writes_unparsed", "failed_analyses", "failed_evolutions"))
     return {"benchmark": bench, "system": system, "n": len(judged), "right": right,
             "acc": right / len(judged) if judged else None, "lo": lo, "hi": hi,
             "f1": head.get("f1"), "recall": head.get("recall_at_k"),
@@ -61,7 +63,7 @@ def row(bench: str, system: str, results: dict) -> dict:
             "build_s": build.get("wall_s"), "retrieve_s": retrieve.get("wall_s"),
             "build_tokens": int(build.get("prompt_tokens", 0) + build.get("completion_tokens", 0)),
             "memories": sum(b.get("memories", b.get("chunks", 0)) or 0 for b in builds),
-            "failed_writes": failed}
+            "failed_replies": failed}
 
 
 def pct(x) -> str:
@@ -70,14 +72,14 @@ def pct(x) -> str:
 
 def table(rows: list[dict]) -> str:
     head = ("| benchmark | system | judged | judge acc % [95% CI] | F1 % | recall@k % | judge check | build s | "
-            "retrieve s | build tokens | memories | failed writes |")
+            "retrieve s | build tokens | memories | failed model replies |")
     lines = [head, "|" + "---|" * 12]
     for r in rows:
         check = "-" if r["check"] is None else \
             f"{pct(r['check'])}% of {r['controls']} ({'trusted' if r['trusted'] else 'not trusted'})"
         lines.append(f"| {r['benchmark']} | {r['system']} | {r['n']} | {pct(r['acc'])} [{pct(r['lo'])}, "
                      f"{pct(r['hi'])}] | {pct(r['f1'])} | {pct(r['recall'])} | {check} | {r['build_s'] or 0:.0f} | "
-                     f"{r['retrieve_s'] or 0:.1f} | {r['build_tokens']} | {r['memories']} | {r['failed_writes']} |")
+                     f"{r['retrieve_s'] or 0:.1f} | {r['build_tokens']} | {r['memories']} | {r['failed_replies']} |")
     return "\n".join(lines)
 
 

@@ -10,8 +10,8 @@ Offline and measured: Chroma's telemetry is off (``ANONYMIZED_TELEMETRY=False``)
 A-Mem imports) reads its bundled price table instead of fetching one
 (``LITELLM_LOCAL_MODEL_COST_MAP=True``), and A-Mem's ``openai`` client is pointed at the
 endpoint through ``OPENAI_BASE_URL`` while the store is built (its only way to take one). A-Mem
-prints, and then shrugs off, a reply it cannot parse; those lines are counted as failed
-analyses and failed evolutions. Its model tokens are counted where the model is ours (the
+prints (analysis) or logs (evolution), and then shrugs off, a reply it cannot parse; those
+are counted as failed analyses and failed evolutions. Its model tokens are counted where the model is ours (the
 loopback server books them under the run's build stage); its client reports no usage.
 
 One ChromaDB folder per conversation (A-Mem has no users), so nothing leaks across
@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import os
 import shutil
 import time
@@ -35,7 +36,20 @@ from memgym_env.benchmarks.systems import Context, _holds_answer, _message_line,
 from memgym_env.conversation import Conversation, QAItem
 
 INSTALL_HINT = "A-Mem is an optional peer: pip install 'memgym[peers]' (or: pip install a-mem)"
-FAILED_ANALYSIS, FAILED_EVOLUTION = "Error analyzing content", "Error in memory evolution"
+FAILED_ANALYSIS = "Error analyzing content"  # printed by A-Mem
+FAILED_EVOLUTION = ("Error in memory evolution", "Error in process_memory")  # logged by A-Mem
+
+
+class _Failures(logging.Handler):
+    """Counts A-Mem's own log records that an evolution reply could not be used."""
+
+    def __init__(self):
+        super().__init__(logging.ERROR)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if str(record.getMessage()).startswith(FAILED_EVOLUTION):
+            self.count += 1
 
 
 def import_a_mem():
@@ -117,15 +131,19 @@ class AMemSystem:
         return {"sessions_reused": reused, "sessions_built": done - reused, "memories": len(self._notes), **counts}
 
     def _add(self, text: str, when: str | None, counts: dict[str, float]) -> str:
-        printed = io.StringIO()
+        printed, failures = io.StringIO(), _Failures()
+        log = logging.getLogger("agentic_memory.memory_system")
+        log.addHandler(failures)
         started = time.perf_counter()
-        with _base_url(self.endpoint.base_url), contextlib.redirect_stdout(printed):
-            nid = self._mem.add_note(text, time=when or None)
+        try:
+            with _base_url(self.endpoint.base_url), contextlib.redirect_stdout(printed):
+                nid = self._mem.add_note(text, time=when or None)
+        finally:
+            log.removeHandler(failures)
         counts["a_mem_wall_s"] += time.perf_counter() - started
-        out = printed.getvalue()
         counts["notes"] += 1
-        counts["failed_analyses"] += out.count(FAILED_ANALYSIS)
-        counts["failed_evolutions"] += out.count(FAILED_EVOLUTION)
+        counts["failed_analyses"] += printed.getvalue().count(FAILED_ANALYSIS)
+        counts["failed_evolutions"] += failures.count
         return nid
 
     @staticmethod
