@@ -94,15 +94,16 @@ class _CountingEmbedder:
         return getattr(self._inner, name)
 
 
-class _ParseFailures(logging.Handler):
-    """Counts Mem0's own verdicts that a reply was not the JSON it asked for."""
+class LoggedFailures(logging.Handler):
+    """Counts a peer library's own error records that start with ``prefixes`` (its verdict that a
+    model reply was unusable), so failed writes are counted by the peer's rules, not ours."""
 
-    def __init__(self):
+    def __init__(self, prefixes: str | tuple[str, ...]):
         super().__init__(logging.ERROR)
-        self.count = 0
+        self.prefixes, self.count = prefixes, 0
 
     def emit(self, record: logging.LogRecord) -> None:
-        if str(record.getMessage()).startswith(PARSE_FAILURE):
+        if str(record.getMessage()).startswith(self.prefixes):
             self.count += 1
 
 
@@ -143,7 +144,7 @@ class Mem0Store:
         }
         self.memory = Memory.from_config(config)
         self.memory.embedding_model = _CountingEmbedder(self.memory.embedding_model, self.costs)
-        self._parse_failures = _ParseFailures()
+        self._parse_failures = LoggedFailures(PARSE_FAILURE)
 
     def _on_response(self, llm, response, params) -> None:
         usage = getattr(response, "usage", None)

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from membuilder.peers.mem0_store import LoggedFailures
 from memgym_env.benchmarks.answering import memory_block
 from memgym_env.benchmarks.systems import Context, _holds_answer, _message_line, conversation_digest
 from memgym_env.conversation import Conversation, QAItem
@@ -38,18 +39,6 @@ from memgym_env.conversation import Conversation, QAItem
 INSTALL_HINT = "A-Mem is an optional peer: pip install 'memgym[peers]' (or: pip install a-mem)"
 FAILED_ANALYSIS = "Error analyzing content"  # printed by A-Mem
 FAILED_EVOLUTION = ("Error in memory evolution", "Error in process_memory")  # logged by A-Mem
-
-
-class _Failures(logging.Handler):
-    """Counts A-Mem's own log records that an evolution reply could not be used."""
-
-    def __init__(self):
-        super().__init__(logging.ERROR)
-        self.count = 0
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if str(record.getMessage()).startswith(FAILED_EVOLUTION):
-            self.count += 1
 
 
 def import_a_mem():
@@ -131,7 +120,7 @@ class AMemSystem:
         return {"sessions_reused": reused, "sessions_built": done - reused, "memories": len(self._notes), **counts}
 
     def _add(self, text: str, when: str | None, counts: dict[str, float]) -> str:
-        printed, failures = io.StringIO(), _Failures()
+        printed, failures = io.StringIO(), LoggedFailures(FAILED_EVOLUTION)
         log = logging.getLogger("agentic_memory.memory_system")
         log.addHandler(failures)
         started = time.perf_counter()
