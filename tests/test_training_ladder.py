@@ -104,3 +104,13 @@ def test_bootstrap_interval_is_deterministic_and_covers_the_mean():
     assert 0.2 < ci[0] and ci[1] < 0.55  # about +-0.14 for 48 Bernoulli(0.375) sessions
     assert bootstrap_ci([None, float("nan")]) is None and bootstrap_ci([0.5]) == [0.5, 0.5]
     assert separated([0.1, 0.2], [0.25, 0.3]) and not separated([0.1, 0.3], [0.25, 0.4])
+
+
+def test_a_stage_found_trained_on_resume_keeps_its_training_time(tmp_path):
+    from train.ladder import _train_seconds
+
+    (tmp_path / "log_history.json").write_text(json.dumps([{"loss": 0.1, "step": 1},
+                                                           {"train_runtime": 1081.36, "step": 10}]))
+    assert _train_seconds(tmp_path, 0.4) == 1081.4  # resumed: nothing trained now, the log says how long it took
+    assert _train_seconds(tmp_path, 1200.04) == 1200.0  # trained now: the wall time measured here
+    assert _train_seconds(tmp_path / "missing", 0.4) == 0.4

@@ -256,6 +256,17 @@ def _merged(policy: str) -> str:
     return str(p.parent / "merged") if (p / "adapter_config.json").exists() else policy
 
 
+def _train_seconds(folder: Path, elapsed: float) -> float:
+    """Seconds a stage trained: the wall time measured here, or, when a resumed ladder found the stage
+    already trained (so nothing was measured), the trainer's own runtime from its saved log."""
+    path = folder / "log_history.json"
+    if elapsed < 60 and path.exists():
+        for entry in json.loads(path.read_text(encoding="utf-8")):
+            if "train_runtime" in entry:
+                return round(float(entry["train_runtime"]), 1)
+    return round(elapsed, 1)
+
+
 def _cached(path: Path, make):
     if path.exists():
         return json.loads(path.read_text(encoding="utf-8"))
@@ -350,7 +361,7 @@ def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
     publish()
     t = time.perf_counter()
     sft_policy = train_sft(a, work / "sft")
-    timings.setdefault("sft", round(time.perf_counter() - t, 1))
+    timings.setdefault("sft", _train_seconds(work / "sft", time.perf_counter() - t))
     sft_res = evaluate.cached(sft_policy, "sft", "sft")
     rows.append(row("sft", a.sft_seed, sft_res, evaluate.users, timings["sft"]))
     if not (work / f"seed{a.seeds[0]}" / "adrpo" / "policy" / "adapter").exists():
@@ -364,7 +375,7 @@ def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
             curve = CurveCallback(evaluate, a.curve_every, a.curve_sessions, f"{stage} seed {seed}")
             t = time.perf_counter()
             policy = train_rl(a, seed, sft_policy, alpha, folder, curve)
-            timings.setdefault(f"{stage}/{seed}", round(time.perf_counter() - t, 1))
+            timings.setdefault(f"{stage}/{seed}", _train_seconds(folder, time.perf_counter() - t))
             points = _cached(folder / "curve_points.json", lambda c=curve: c.points)
             res = evaluate.cached(policy, f"{stage} seed {seed}", f"{stage}-{seed}")
             curve_rows = make_curve(folder, sft_res, res, points, evaluate.keys[:a.curve_sessions], a.rl_steps)
