@@ -176,7 +176,9 @@ def policy_dtype(dtype: str | None, frozen_base: bool):
 def load_policy(model_name_or_path: str, dtype: str | None = None, frozen_base: bool = False):
     """Model and tokenizer from a short name (``smollm2-135m``), a local folder or a hub id.
     ``frozen_base``: only adapters will train (LoRA), which lets ``dtype: auto`` pick bfloat16."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
+
+    from membuilder.llm.loading import load_causal_lm
 
     path = resolve_chat_path(model_name_or_path)
     adapter = Path(path) / "adapter_config.json"
@@ -188,11 +190,11 @@ def load_policy(model_name_or_path: str, dtype: str | None = None, frozen_base: 
         from peft import PeftModel
 
         base = resolve_chat_path(json.loads(adapter.read_text(encoding="utf-8"))["base_model_name_or_path"])
-        model = AutoModelForCausalLM.from_pretrained(base, dtype=policy_dtype(dtype, True))
+        model = load_causal_lm(base, dtype=policy_dtype(dtype, True))
         model = PeftModel.from_pretrained(model, path, is_trainable=True)
         tokenizer = AutoTokenizer.from_pretrained(path if (Path(path) / "tokenizer_config.json").is_file() else base)
     else:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=policy_dtype(dtype, frozen_base))
+        model = load_causal_lm(path, dtype=policy_dtype(dtype, frozen_base))
         tokenizer = AutoTokenizer.from_pretrained(path)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:

@@ -45,6 +45,8 @@ def main(argv=None):
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
+    from membuilder.llm.loading import load_causal_lm
+
     args = parse_args(argv)
     config = ConstructionConfig.from_yaml(args.env_config, **json.loads(args.env_overrides))
     users = [int(u) for u in args.users.split(",")]
@@ -61,8 +63,9 @@ def main(argv=None):
     else:
         dataset, scorer = memory_dataset(config, users, args.max_sessions_per_user, agents, tokenizer,
                                          args.max_prompt_tokens)
+    # TRL also takes the path itself; a model loaded here is checked to hold every weight first.
     trainer = GRPOTrainer(
-        model=path, reward_funcs=MemoryReward(scorer), train_dataset=dataset, processing_class=tokenizer,
+        model=load_causal_lm(path), reward_funcs=MemoryReward(scorer), train_dataset=dataset, processing_class=tokenizer,
         args=GRPOConfig(output_dir=args.output_dir, num_generations=args.num_generations,
                         per_device_train_batch_size=2 * args.num_generations, max_steps=args.max_steps,
                         max_completion_length=args.max_completion_length, logging_steps=1, save_strategy="no",

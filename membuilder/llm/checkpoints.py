@@ -162,14 +162,16 @@ def merge_adapter(base: Path, adapter: Path, out: Path) -> None:
     """``base`` + the LoRA ``adapter`` merged into one plain checkpoint (float32, as the base is)
     written to ``out`` with the base's tokenizer and chat template."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
+
+    from membuilder.llm.loading import load_causal_lm
 
     try:
         from peft import PeftModel
     except ImportError as exc:
         raise RuntimeError(f"merging the trained policy in {adapter} needs peft: "
                            "`pip install -e '.[train]'` (make setup does)") from exc
-    model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
+    model = load_causal_lm(str(base), dtype=torch.float32)
     merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
     merged.save_pretrained(str(out), safe_serialization=True)
     tokenizer = AutoTokenizer.from_pretrained(str(base))

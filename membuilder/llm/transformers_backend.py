@@ -133,7 +133,9 @@ class TransformersChatModel:
         threads = threads or int(os.environ.get("MEMGYM_TORCH_THREADS", "0") or 0)
         if threads > 0:
             torch.set_num_threads(threads)
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
+
+        from membuilder.llm.loading import load_causal_lm
 
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -151,7 +153,7 @@ class TransformersChatModel:
             self.device = pick_device(device)
             try:
                 tokenizer = AutoTokenizer.from_pretrained(str(path))
-                model = AutoModelForCausalLM.from_pretrained(str(path), dtype=pick_dtype(dtype, self.device))
+                model = load_causal_lm(str(path), dtype=pick_dtype(dtype, self.device))
             except OSError as exc:
                 raise FileNotFoundError(
                     f"cannot load model '{path}': not a local checkpoint folder and not in the offline "
