@@ -114,3 +114,21 @@ def test_a_stage_found_trained_on_resume_keeps_its_training_time(tmp_path):
     assert _train_seconds(tmp_path, 0.4) == 1081.4  # resumed: nothing trained now, the log says how long it took
     assert _train_seconds(tmp_path, 1200.04) == 1200.0  # trained now: the wall time measured here
     assert _train_seconds(tmp_path / "missing", 0.4) == 0.4
+
+
+def test_paired_difference_compares_the_same_sessions_and_reads_its_interval():
+    from train.ladder_report import paired_difference, verdicts
+
+    keys = [f"u/p0-s{i}" for i in range(12)]
+    spread = [0.0, 0.5, 1.0] * 4  # sessions differ a lot from one another ...
+    sft = {"stage": "sft", "seed": 0, "reward_evidence": 0.5, "reward_evidence_ci": [0.25, 0.75],
+           "session_reward_evidence": dict(zip(keys, spread))}
+    rl = {"stage": "adrpo", "seed": 0, "reward_evidence": 0.6, "reward_evidence_ci": [0.35, 0.85],
+          "session_reward_evidence": {k: v + 0.1 for k, v in zip(keys, spread)}}  # ... the stage adds 0.1 to each
+    d = paired_difference(sft, rl)
+    assert d["sessions"] == 12 and d["mean"] == 0.1 and d["ci"] == [0.1, 0.1]
+    lines = verdicts([sft, rl])
+    # the unpaired intervals overlap, the paired one does not
+    assert lines[0].startswith("ADRPO seed 0 above SFT: no") and "paired over the same 12 sessions: +0.100" in lines[0]
+    assert lines[0].endswith("(above)")
+    assert paired_difference(sft, {**rl, "session_reward_evidence": {}}) is None

@@ -312,7 +312,9 @@ def row(stage: str, seed: int, res: dict[str, Any], users: list[str], seconds: f
             "task_reward_evidence": res["task_reward"]["evidence"], "held_out_users": users,
             "held_out_sessions": res["sessions"], "memory_score": res.get("memory_score"),
             "memory_score_ci": res.get("memory_score_ci"), "memory_score_cells": res.get("memory_score_cells"),
-            "curve": curve or [], "train_seconds": seconds, "eval_seconds": res.get("eval_seconds")}
+            "curve": curve or [], "train_seconds": seconds, "eval_seconds": res.get("eval_seconds"),
+            # per held-out session, so two stages can be compared session by session (a paired bootstrap)
+            "session_reward_evidence": dict(zip(res["session_keys"], res["session_rewards"]["evidence"], strict=True))}
 
 
 def export_adapter(a: LadderArgs, stage: str, adapter: str, scores: dict[str, Any], argv: list[str]) -> Path | None:

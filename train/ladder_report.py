@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from membuilder.ops import AGENTS
-from train.bootstrap import separated
+from train.bootstrap import bootstrap_ci, separated
 
 STAGES = ("base", "sft", "grpo", "adrpo")
 
@@ -51,15 +51,38 @@ def verdicts(rows: list[dict[str, Any]]) -> list[str]:
         if stage == "adrpo" and sft:
             ok = separated(sft["reward_evidence_ci"], r["reward_evidence_ci"])
             out.append(f"ADRPO seed {seed} above SFT: {'yes' if ok else 'no'} "
-                       f"({r['reward_evidence']:.3f} {_ci(r['reward_evidence_ci'])})")
+                       f"({r['reward_evidence']:.3f} {_ci(r['reward_evidence_ci'])}){_paired_note(sft, r)}")
             g = by.get(("grpo", seed))
             if g:
                 a_ci, g_ci = r["reward_evidence_ci"], g["reward_evidence_ci"]
                 word = ("above" if separated(g_ci, a_ci) else "below" if separated(a_ci, g_ci)
                         else "not told apart from")
                 out.append(f"ADRPO (alpha 4) seed {seed} {word} GRPO (alpha 1): {r['reward_evidence']:.3f} "
-                           f"{_ci(a_ci)} vs {g['reward_evidence']:.3f} {_ci(g_ci)}")
+                           f"{_ci(a_ci)} vs {g['reward_evidence']:.3f} {_ci(g_ci)}{_paired_note(g, r)}")
+        if stage == "grpo" and sft:
+            out.append(f"GRPO seed {seed} against SFT: {r['reward_evidence']:.3f} {_ci(r['reward_evidence_ci'])}"
+                       f"{_paired_note(sft, r)}")
     return out
+
+
+def paired_difference(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | None:
+    """Mean of ``b - a`` over the held-out sessions both rows were scored on, with a 95% bootstrap
+    interval that resamples sessions (pairing removes the between-session spread both stages share)."""
+    ra, rb = a.get("session_reward_evidence") or {}, b.get("session_reward_evidence") or {}
+    keys = sorted(ra.keys() & rb.keys())
+    if not keys:
+        return None
+    diffs = [rb[k] - ra[k] for k in keys]
+    return {"mean": round(sum(diffs) / len(diffs), 4), "ci": bootstrap_ci(diffs), "sessions": len(keys)}
+
+
+def _paired_note(a: dict[str, Any], b: dict[str, Any]) -> str:
+    d = paired_difference(a, b)
+    if d is None:
+        return ""
+    lo, hi = d["ci"]
+    word = "above" if lo > 0 else "below" if hi < 0 else "zero inside the interval"
+    return f"; paired over the same {d['sessions']} sessions: {d['mean']:+.3f} {_ci(d['ci'])} ({word})"
 
 
 def plot(rows: list[dict[str, Any]], path: Path, model: str = "") -> None:
