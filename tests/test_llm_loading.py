@@ -32,3 +32,11 @@ def test_an_untied_gap_is_an_error_naming_the_checkpoint_and_weight(tiny_chat_pa
     layer.weight = torch.nn.Parameter(torch.empty_like(layer.weight, device="meta"))
     with pytest.raises(RuntimeError, match=r"checkpoint /.*model: 1 weight\(s\).*layers\.0\.mlp\.up_proj\.weight"):
         ensure_loaded(model, tiny_chat_path)
+
+
+def test_a_model_whose_config_forgot_the_tie_is_tied_as_the_checkpoint_asks(tiny_chat_path):
+    model = load_causal_lm(tiny_chat_path, dtype=torch.float32)
+    model.config.tie_word_embeddings = False  # what the loaded model said in the failing runs
+    model.lm_head.weight = torch.nn.Parameter(torch.empty_like(model.lm_head.weight, device="meta"))
+    ensure_loaded(model, tiny_chat_path)  # config.json on disk says tie_word_embeddings: true
+    assert model.lm_head.weight is model.model.embed_tokens.weight and model.config.tie_word_embeddings
