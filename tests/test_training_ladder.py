@@ -94,6 +94,17 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
     again = ladder.main(_argv(tiny_path, tmp_path))
     assert again == rows and [p.stat().st_mtime_ns for p in done] == stamps
 
+    # report_only publishes the finished stages of a ladder stopped part-way and trains nothing
+    import shutil
+
+    shutil.rmtree(tmp_path / "work" / "seed1" / "grpo")
+    partial = ladder.main([*_argv(tiny_path, tmp_path), "--report_only", "true"])
+    assert partial == rows[:-1] and not (tmp_path / "work" / "seed1" / "grpo").exists()
+    assert [r["stage"] for r in json.loads((tmp_path / "results" / "ladder.json").read_text())][-1] == "adrpo"
+    shutil.rmtree(tmp_path / "work" / "sft")
+    with pytest.raises(FileNotFoundError, match="no finished SFT stage"):
+        ladder.main([*_argv(tiny_path, tmp_path), "--report_only", "true"])
+
 
 def test_bootstrap_interval_is_deterministic_and_covers_the_mean():
     from train.bootstrap import bootstrap_ci, separated

@@ -92,6 +92,9 @@ class LadderArgs:
                                                       "memory score; its users are never trained on. {} = off."})
     adapter_out: str | None = field(default="membuilder/policies/smollm2-135m-memgym", metadata={
         "help": "Where the first seed's ADRPO adapter ships (bf16, with card.json); None: not exported."})
+    report_only: bool = field(default=False, metadata={
+        "help": "Train and evaluate nothing: rewrite the results from the stages already finished in work_dir "
+                "(a ladder stopped part-way reports what it has)."})
     work_dir: str = field(default="runs/ladder", metadata={"help": "Checkpoints and per-stage caches."})
     results_dir: str = field(default="results", metadata={"help": "Where ladder.json/.md/.png go."})
 
@@ -256,6 +259,12 @@ def _merged(policy: str) -> str:
     return str(p.parent / "merged") if (p / "adapter_config.json").exists() else policy
 
 
+def _finished(work: Path, folder: Path, name: str) -> bool:
+    """Whether a stage has its trained adapter and both of its cached evaluations."""
+    return ((folder / "policy" / "adapter" / "adapter_config.json").exists()
+            and all((work / "eval" / f"{name}{part}.json").exists() for part in ("", "-memory")))
+
+
 def _train_seconds(folder: Path, elapsed: float) -> float:
     """Seconds a stage trained: the wall time measured here, or, when a resumed ladder found the stage
     already trained (so nothing was measured), the trainer's own runtime from its saved log."""
@@ -358,6 +367,9 @@ def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
         (work / "timings.json").write_text(json.dumps(timings, indent=1), encoding="utf-8")
         write_results(a, rows, time.perf_counter() - t_start, argv, timings)
 
+    base_done = all((work / "eval" / f"base{part}.json").exists() for part in ("", "-memory"))
+    if a.report_only and not (base_done and _finished(work, work / "sft", "sft")):
+        raise FileNotFoundError(f"report_only: {work} holds no finished SFT stage to report (run the ladder first)")
     base = evaluate.cached(a.model_name_or_path, "base", "base")
     rows.append(row("base", a.sft_seed, base, evaluate.users, None))
     publish()
@@ -372,6 +384,8 @@ def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
     for seed in a.seeds:
         for stage, alpha in (("adrpo", a.adrpo_alpha), ("grpo", 1.0)):
             folder = work / f"seed{seed}" / stage
+            if a.report_only and not _finished(work, folder, f"{stage}-{seed}"):
+                continue
             from train.curve_callback import CurveCallback  # subclasses transformers' TrainerCallback
 
             curve = CurveCallback(evaluate, a.curve_every, a.curve_sessions, f"{stage} seed {seed}")
