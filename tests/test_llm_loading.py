@@ -40,3 +40,23 @@ def test_a_model_whose_config_forgot_the_tie_is_tied_as_the_checkpoint_asks(tiny
     model.lm_head.weight = torch.nn.Parameter(torch.empty_like(model.lm_head.weight, device="meta"))
     ensure_loaded(model, tiny_chat_path)  # config.json on disk says tie_word_embeddings: true
     assert model.lm_head.weight is model.model.embed_tokens.weight and model.config.tie_word_embeddings
+
+
+def test_a_tie_weights_stand_in_left_on_the_class_is_replaced_before_the_next_load(tiny_chat_path, caplog):
+    from transformers import PreTrainedModel
+
+    genuine = PreTrainedModel.__dict__["tie_weights"]
+
+    def empty_func(*args, **kwargs):  # what transformers' no_tie_weights puts on the class while building
+        pass
+
+    # the end state of two builds that raced in two threads: the stand-in restored last
+    PreTrainedModel.tie_weights = empty_func
+    try:
+        with caplog.at_level("WARNING"):
+            model = load_causal_lm(tiny_chat_path, dtype=torch.float32)
+    finally:
+        stayed = PreTrainedModel.__dict__["tie_weights"]
+        PreTrainedModel.tie_weights = genuine
+    assert stayed is genuine and "transformers' own tie_weights is back" in caplog.text
+    assert model.lm_head.weight is model.model.embed_tokens.weight

@@ -62,10 +62,13 @@ class SentenceTransformerEmbedder:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer  # heavy: imported on first use
 
+        from membuilder.llm.loading import loading_guard
+
         self.name = spec
         self.path = resolve_embedder_path(spec)
         self.batch_size = batch_size
-        self.model = SentenceTransformer(self.path, device=device or "cpu")
+        with loading_guard():  # builds a transformers model: one at a time (see membuilder/llm/loading.py)
+            self.model = SentenceTransformer(self.path, device=device or "cpu")
         get_dim = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
         self.dim = int(get_dim())
         # The model reads at most max_seq_length tokens (256 for MiniLM). Tokenising the rest of a
