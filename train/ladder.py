@@ -378,7 +378,7 @@ def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
     timings.setdefault("sft", _train_seconds(work / "sft", time.perf_counter() - t))
     sft_res = evaluate.cached(sft_policy, "sft", "sft")
     rows.append(row("sft", a.sft_seed, sft_res, evaluate.users, timings["sft"]))
-    if not (work / f"seed{a.seeds[0]}" / "adrpo" / "policy" / "adapter").exists():
+    if not a.report_only and not (work / f"seed{a.seeds[0]}" / "adrpo" / "policy" / "adapter").exists():
         export_adapter(a, "sft", sft_policy, _scores(rows[-1]), argv)  # shipped until ADRPO replaces it
     publish()
     for seed in a.seeds:
@@ -396,7 +396,7 @@ def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
             res = evaluate.cached(policy, f"{stage} seed {seed}", f"{stage}-{seed}")
             curve_rows = make_curve(folder, sft_res, res, points, evaluate.keys[:a.curve_sessions], a.rl_steps)
             rows.append(row(stage, seed, res, evaluate.users, timings[f"{stage}/{seed}"], curve_rows))
-            if stage == "adrpo" and seed == a.seeds[0]:
+            if stage == "adrpo" and seed == a.seeds[0] and not a.report_only:  # a report ships nothing new
                 export_adapter(a, stage, policy, _scores(rows[-1]), argv)
             publish()
     return rows
