@@ -12,17 +12,14 @@ fails with "Cannot copy out of meta tensor" - in our code and in TRL's reference
 
 So loads here hold one lock, the genuine ``tie_weights`` is put back if a racing load elsewhere
 left the stand-in in place, and a loaded model is checked: an output layer still without data is
-tied to the embeddings as the checkpoint's config.json asks; any other gap is an error naming the
-checkpoint and the weights.
+tied again; any other gap is an error naming the checkpoint and the weights.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -70,42 +67,22 @@ def meta_parameters(model: Any) -> list[str]:
     return [name for name, t in named if t.device.type == "meta"]
 
 
-def _checkpoint_ties(source: str) -> bool:
-    """Whether the checkpoint folder's own ``config.json`` asks for tied embeddings."""
-    path = Path(source) / "config.json"
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
-    return bool(config.get("tie_word_embeddings", text.get("tie_word_embeddings", False)))
-
-
 def ensure_loaded(model: Any, source: str) -> Any:
-    """``model`` with every weight real: a skipped embedding tie is made again; other gaps raise."""
+    """``model`` with every weight real: an output layer whose tie was skipped (a stand-in
+    ``tie_weights`` during its build) is tied again by transformers' own ``tie_weights``; other gaps raise."""
     missing = meta_parameters(model)
     if not missing:
         return model
-    config = getattr(model, "config", None)
-    said = getattr(config, "tie_word_embeddings", None)
-    if said or _checkpoint_ties(source):
-        out, inp = model.get_output_embeddings(), model.get_input_embeddings()
-        if out is not None and inp is not None and out.weight.shape == inp.weight.shape \
-                and out.weight.device.type == "meta" and inp.weight.device.type != "meta":
-            out.weight = inp.weight
-            if config is not None:
-                config.tie_word_embeddings = True
-        still = meta_parameters(model)
-        if not still:
-            # what the loaded model said about tying, so a recurrence can be traced to its cause
-            log.warning("%s: the tied output layer was left unloaded (%s; loaded config tie_word_embeddings=%r, "
-                        "tie mapping %r); tied it to the embeddings again", source, ", ".join(missing), said,
-                        getattr(model, "all_tied_weights_keys", None))
-            return model
-        missing = still
+    heal_tie_weights()
+    model.tie_weights()  # recomputes the tie mapping from the model's config
+    still = meta_parameters(model)
+    if not still:
+        log.warning("%s: the tied output layer was left unloaded (%s); tied it to the embeddings again",
+                    source, ", ".join(missing))
+        return model
     raise RuntimeError(
-        f"checkpoint {source}: {len(missing)} weight(s) were not loaded and hold no data "
-        f"({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}); the checkpoint is incomplete "
+        f"checkpoint {source}: {len(still)} weight(s) were not loaded and hold no data "
+        f"({', '.join(still[:5])}{', ...' if len(still) > 5 else ''}); the checkpoint is incomplete "
         f"or was written for another architecture")
 
 
