@@ -63,14 +63,14 @@ class LadderArgs:
                 "the command line)."})
     train_users: str = field(default="0-7", metadata={"help": "Users whose sessions SFT and RL see."})
     held_out_users: str = field(default="8-15", metadata={"help": "Users only evaluated on."})
-    sft_sessions_per_user: int | None = field(default=16, metadata={"help": "First N sessions of each training user "
+    sft_sessions_per_user: int | None = field(default=38, metadata={"help": "First N sessions of each training user "
                                                                            "for SFT (None: all)."})
     rl_sessions_per_user: int | None = field(default=None, metadata={"help": "First N sessions of each training user "
                                                                             "for RL (None: all)."})
     eval_sessions_per_user: int = field(default=6, metadata={"help": "First N sessions of each held-out user."})
     seeds: list[int] = field(default_factory=lambda: [0, 1], metadata={"help": "RL seeds."})
     sft_seed: int = field(default=0, metadata={"help": "Seed of the one SFT run every RL seed starts from."})
-    sft_epochs: float = field(default=2.0, metadata={"help": "SFT epochs over the oracle rows."})
+    sft_epochs: float = field(default=1.0, metadata={"help": "SFT epochs over the oracle rows."})
     sft_learning_rate: float = field(default=1e-3, metadata={"help": "SFT learning rate (LoRA)."})
     sft_gradient_accumulation_steps: int = field(default=4, metadata={"help": "SFT micro-batches per update."})
     sft_keep_empty_rows: float = field(default=0.25, metadata={
@@ -80,7 +80,10 @@ class LadderArgs:
     rl_temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of the rollouts."})
     rl_learning_rate: float = field(default=1e-4, metadata={"help": "ADRPO/GRPO learning rate (LoRA)."})
     adrpo_alpha: float = field(default=4.0, metadata={"help": "alpha of the ADRPO stage (GRPO is alpha 1)."})
-    eval_max_new_tokens: int = field(default=160, metadata={"help": "Longest evaluated output per agent."})
+    max_completion_tokens: int = field(default=256, metadata={
+        "help": "Longest output per agent, in RL rollouts and the held-out evaluation alike; it must hold the "
+                "oracle's longest output, or the policy is cut where the expert is not (the ladder reports how many "
+                "oracle outputs would be)."})
     eval_batch_size: int = field(default=16, metadata={"help": "Prompts generated together."})
     max_prompt_tokens: int = field(default=384, metadata={"help": "Prompt budget (memory view cut first), SFT and RL."})
     curve_every: int = field(default=5, metadata={"help": "Held-out reward every N RL steps (0: only at the end)."})
@@ -114,7 +117,8 @@ def _stage_env(a: LadderArgs, stage_config: str, sessions: int | None, **extra) 
     merged = {**(stage.get("env_overrides") or {}), **a.env_overrides, **extra}
     out = ["--env_config", a.env_config, "--env_overrides", json.dumps(merged), "--users", a.train_users,
            "--max_prompt_tokens", str(a.max_prompt_tokens)]
-    return out + (["--max_sessions_per_user", str(sessions)] if sessions else [])
+    # always passed: None overrides the stage config's own cap ("None" parses back to None)
+    return out + ["--max_sessions_per_user", str(sessions)]
 
 
 def _log_history(folder: Path, trainer) -> None:
@@ -166,6 +170,7 @@ def rl_argv(a: LadderArgs, seed: int, start: str, alpha: float, folder: Path) ->
         # one micro-batch per session: the loss runs each agent's prompt once under its G completions
         "--num_generations", str(g), "--per_device_train_batch_size", str(4 * g), "--share_prompt", "true",
         "--gradient_accumulation_steps", "1", "--temperature", str(a.rl_temperature), "--top_p", "1.0",
+        "--max_completion_length", str(a.max_completion_tokens),
         "--learning_rate", str(a.rl_learning_rate), "--save_strategy", "no"]
 
 
@@ -192,7 +197,7 @@ class Evaluator:
 
         bar = tqdm(total=4 * len(keys), desc=f"evaluate {label}", unit="output", leave=False)
         res = evaluate_policy(model, tokenizer, scorers or self.scorers, keys,
-                              max_new_tokens=self.a.eval_max_new_tokens, max_prompt_tokens=self.a.max_prompt_tokens,
+                              max_new_tokens=self.a.max_completion_tokens, max_prompt_tokens=self.a.max_prompt_tokens,
                               batch_size=self.a.eval_batch_size, progress=bar.update)
         bar.close()
         return res
