@@ -70,6 +70,7 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
         assert (tmp_path / "results" / name).stat().st_size > 10_000
     md = (tmp_path / "results" / "ladder.md").read_text()
     assert "| adrpo | 1 |" in md and "SFT above base" in md
+    assert "Oracle outputs longer than the 8-token completion limit: train 2 sessions: core 2" in md
     # SFT never saw the held-out user's sessions; RL continued the SFT adapter
     sft_rows = [json.loads(x) for x in (tmp_path / "work" / "sft" / "sft_rows.jsonl").read_text().splitlines()]
     assert sft_rows and {r["session_key"].split("/")[0] for r in sft_rows} == {world[0].id, world[1].id}
@@ -143,3 +144,77 @@ def test_paired_difference_compares_the_same_sessions_and_reads_its_interval():
     assert lines[0].startswith("ADRPO seed 0 above SFT: no") and "paired over the same 12 sessions: +0.100" in lines[0]
     assert lines[0].endswith("(above)")
     assert paired_difference(sft, {**rl, "session_reward_evidence": {}}) is None
+
+
+class _Stopped(Exception):
+    """What a session's end does to a run: it stops right after a checkpoint."""
+
+
+def test_a_stopped_rl_run_resumes_from_its_last_checkpoint(tiny_path, tmp_path, monkeypatch):
+    import torch
+    from safetensors.torch import load_file
+    from transformers import TrainerCallback
+    from trl import TrlParser
+
+    from train import ladder
+    from train.curve_callback import CurveCallback
+
+    class StopAtFirstSave(TrainerCallback):
+        def on_save(self, args, state, control, **kw):
+            raise _Stopped(state.global_step)
+
+    monkeypatch.setenv("MEMGYM_TORCH_THREADS", "1")
+    (a,) = TrlParser((ladder.LadderArgs,)).parse_args_and_config(
+        [*_argv(tiny_path, tmp_path), "--rl_steps", "3", "--rl_save_steps", "2"])
+    evaluate = ladder.Evaluator(a, tmp_path / "work")
+    folder = tmp_path / "rl"
+
+    def curve():
+        return CurveCallback(evaluate, 1, 2, "resumed", folder / "curve_points.partial.json")
+
+    with pytest.raises(_Stopped):
+        ladder.train_rl(a, 0, tiny_path, 4.0, folder, curve(), callbacks=[StopAtFirstSave()])
+    assert (folder / "checkpoint-2").is_dir() and not (folder / "policy").exists()
+    stopped = json.loads((folder / "clock.json").read_text())
+    assert stopped["step"] == 2 and stopped["at_checkpoint"]["checkpoint-2"] == stopped["seconds"] > 0
+
+    resumed = curve()
+    assert [p["step"] for p in resumed.points] == [1, 2]  # measured by the first sitting, kept
+    adapter = ladder.train_rl(a, 0, tiny_path, 4.0, folder, resumed)
+    log = json.loads((folder / "log_history.json").read_text())
+    assert [e["step"] for e in log if "reward" in e] == [1, 2, 3]
+    assert not list(folder.glob("checkpoint-*"))  # the finished adapter replaces the checkpoints
+    clock = json.loads((folder / "clock.json").read_text())
+    assert clock["step"] == 3 and clock["seconds"] > stopped["seconds"]
+    assert ladder._train_seconds(folder, 0.1) == clock["seconds"]
+
+    # the two sittings sampled and trained what one uninterrupted run does: the same sessions and, from
+    # the restored RNG, the same completions (the random tiny model samples different text under another seed)
+    straight = ladder.train_rl(a, 0, tiny_path, 4.0, tmp_path / "straight", None)
+
+    def rollouts(run):
+        lines = [json.loads(x) for x in (run / "rollouts.0.jsonl").read_text().splitlines()]
+        return {(r["step"], r["session_key"], r["agent"], r["k"]): r["completion"] for r in lines}
+
+    sampled, sampled_straight = rollouts(folder), rollouts(tmp_path / "straight")
+    assert {k[0] for k in sampled} == {0, 1, 2} and sampled == sampled_straight
+    assert len(set(sampled.values())) > len(sampled) // 2
+    one, two = (load_file(f"{p}/adapter_model.safetensors") for p in (adapter, straight))
+    assert one.keys() == two.keys() and all(torch.equal(one[k], two[k]) for k in one)
+
+
+def test_the_oracle_check_counts_outputs_the_completion_limit_would_cut(tiny_path, tmp_path):
+    from trl import TrlParser
+
+    from train import ladder
+
+    def check(limit):
+        (a,) = TrlParser((ladder.LadderArgs,)).parse_args_and_config(
+            [*_argv(tiny_path, tmp_path), "--max_completion_tokens", str(limit)])
+        return ladder.oracle_over_limit(a)
+
+    tight, roomy = check(8), check(100_000)
+    assert tight["train"]["sessions"] == 2 and tight["held_out"]["sessions"] == 3  # 1 per training user, 3 held out
+    assert tight["train"]["over_limit"]["core"] == 2  # a Core block is never 7 bytes long
+    assert all(n == 0 for part in ("train", "held_out") for n in roomy[part]["over_limit"].values())
+    assert roomy["train"]["longest"] == tight["train"]["longest"] and max(roomy["train"]["longest"].values()) > 8

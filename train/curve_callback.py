@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 from transformers import TrainerCallback
 
 
@@ -9,10 +13,12 @@ class CurveCallback(TrainerCallback):
     """Held-out evidence reward on the first ``sessions`` held-out sessions every ``every`` optimizer
     steps, greedy; the final step is left to the stage's full evaluation."""
 
-    def __init__(self, evaluator, every: int, sessions: int, label: str):
-        self.evaluator, self.every, self.label = evaluator, every, label
+    def __init__(self, evaluator, every: int, sessions: int, label: str, path: Path | None = None):
+        self.evaluator, self.every, self.label, self.path = evaluator, every, label, path
         self.keys = evaluator.keys[:sessions]
-        self.points: list[dict[str, float]] = []
+        # a resumed run keeps the points its earlier sittings measured
+        self.points: list[dict[str, float]] = (json.loads(path.read_text(encoding="utf-8"))
+                                               if path is not None and path.exists() else [])
 
     def on_step_end(self, args, state, control, model=None, processing_class=None, **kw):
         if not self.every or state.global_step % self.every or state.global_step >= state.max_steps:
@@ -23,4 +29,10 @@ class CurveCallback(TrainerCallback):
                                       scorers)
         if was_training:
             model.train()
-        self.points.append({"step": state.global_step, "held_out_reward": res["reward"]["evidence"]})
+        point = {"step": state.global_step, "held_out_reward": res["reward"]["evidence"]}
+        # a step redone after a resume replaces the point its first sitting measured
+        self.points = [p for p in self.points if p["step"] != point["step"]] + [point]
+        if self.path is not None:
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(self.points), encoding="utf-8")
+            os.replace(tmp, self.path)

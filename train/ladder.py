@@ -75,7 +75,11 @@ class LadderArgs:
     sft_gradient_accumulation_steps: int = field(default=4, metadata={"help": "SFT micro-batches per update."})
     sft_keep_empty_rows: float = field(default=0.25, metadata={
         "help": "Share of SFT rows kept whose oracle output writes nothing (sft.py's keep_empty_rows)."})
-    rl_steps: int = field(default=10, metadata={"help": "ADRPO/GRPO optimizer steps (one session each)."})
+    rl_steps: int = field(default=100, metadata={"help": "ADRPO/GRPO optimizer steps (one session each)."})
+    rl_save_steps: int = field(default=10, metadata={
+        "help": "RL checkpoint every N steps; a stopped ladder resumes a run from its last checkpoint."})
+    rl_rollout_log: bool = field(default=True, metadata={
+        "help": "Write every scored RL completion (text, reward, weight, advantage) to <run>/rollouts.0.jsonl."})
     rl_generations: int = field(default=8, metadata={"help": "G, completions per agent prompt."})
     rl_temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of the rollouts."})
     rl_learning_rate: float = field(default=1e-4, metadata={"help": "ADRPO/GRPO learning rate (LoRA)."})
@@ -144,19 +148,33 @@ def train_sft(a: LadderArgs, folder: Path) -> str:
     return str(adapter)
 
 
-def train_rl(a: LadderArgs, seed: int, start: str, alpha: float, folder: Path, curve) -> str:
-    """ADRPO (or GRPO with alpha 1) continuing the SFT adapter at ``start``; returns the new adapter folder."""
+def train_rl(a: LadderArgs, seed: int, start: str, alpha: float, folder: Path, curve, callbacks=()) -> str:
+    """ADRPO (or GRPO with alpha 1) continuing the SFT adapter at ``start``; returns the new adapter folder.
+
+    The run saves a checkpoint every ``rl_save_steps`` steps; a stopped run resumes from its last one
+    (adapter, optimizer, scheduler, data order and RNG), so a run longer than one sitting still finishes."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    from train.stage_clock import StageClock
+
     adapter = folder / "policy" / "adapter"
     if (adapter / "adapter_config.json").exists():
         return str(adapter)
+    last = get_last_checkpoint(str(folder)) if folder.is_dir() else None
     trainer, script, tokenizer = adrpo.build(rl_argv(a, seed, start, alpha, folder))
-    if curve is not None:
-        trainer.add_callback(curve)
-    trainer.train()
+    for callback in (StageClock(folder, last), *([curve] if curve is not None else []), *callbacks):
+        trainer.add_callback(callback)
+    if last:
+        print(f"{folder}: resuming from {last}")
+    trainer.train(resume_from_checkpoint=last)
     save_policy(trainer.model, tokenizer, folder / "policy")
     _log_history(folder, trainer)
     del trainer
     gc.collect()
+    import shutil
+
+    for done in folder.glob("checkpoint-*"):  # the finished adapter replaces them
+        shutil.rmtree(done)
     return str(adapter)
 
 
@@ -171,7 +189,8 @@ def rl_argv(a: LadderArgs, seed: int, start: str, alpha: float, folder: Path) ->
         "--num_generations", str(g), "--per_device_train_batch_size", str(4 * g), "--share_prompt", "true",
         "--gradient_accumulation_steps", "1", "--temperature", str(a.rl_temperature), "--top_p", "1.0",
         "--max_completion_length", str(a.max_completion_tokens),
-        "--learning_rate", str(a.rl_learning_rate), "--save_strategy", "no"]
+        "--learning_rate", str(a.rl_learning_rate), "--save_strategy", "steps", "--save_steps", str(a.rl_save_steps),
+        "--save_total_limit", "1", *(["--rollout_log", str(folder / "rollouts")] if a.rl_rollout_log else [])]
 
 
 class Evaluator:
@@ -258,6 +277,35 @@ class Evaluator:
                 "memory_score_seconds": round(time.perf_counter() - t0, 1)}
 
 
+def oracle_over_limit(a: LadderArgs) -> dict[str, Any]:
+    """How many of the oracle's outputs (its text and the end-of-turn token) exceed ``max_completion_tokens``,
+    per agent, over the training users' sessions and the held-out sessions: an output the expert needs more
+    room for is one the policy is cut at, in RL and in the evaluation alike."""
+    from transformers import AutoTokenizer
+
+    from membuilder.llm.registry import resolve_chat_path
+    from train.common import chosen_episodes
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_chat_path(a.model_name_or_path))
+    config = a.construction_config()
+    out: dict[str, Any] = {"limit": a.max_completion_tokens}
+    for name, users, limit in (("train", a.train_users, a.rl_sessions_per_user),
+                               ("held_out", a.held_out_users, a.eval_sessions_per_user)):
+        over: dict[str, int] = {}
+        longest: dict[str, int] = {}
+        sessions = 0
+        for ep in chosen_episodes(config, parse_users(users)):
+            outputs = ep.expert_outputs[:limit] if limit else ep.expert_outputs
+            sessions += len(outputs)
+            for session in outputs:
+                for agent, text in session.items():
+                    n = len(tokenizer(text)["input_ids"]) + 1
+                    over[agent] = over.get(agent, 0) + (n > a.max_completion_tokens)
+                    longest[agent] = max(longest.get(agent, 0), n)
+        out[name] = {"sessions": sessions, "over_limit": over, "longest": longest}
+    return out
+
+
 def _merged(policy: str) -> str:
     """The merged checkpoint beside an adapter folder (what the interactive env loads by path)."""
     p = Path(policy)
@@ -271,8 +319,14 @@ def _finished(work: Path, folder: Path, name: str) -> bool:
 
 
 def _train_seconds(folder: Path, elapsed: float) -> float:
-    """Seconds a stage trained: the wall time measured here, or, when a resumed ladder found the stage
-    already trained (so nothing was measured), the trainer's own runtime from its saved log."""
+    """Seconds a stage trained: its clock summed over the sittings it took (``StageClock``), else the wall
+    time measured here, or, when a resumed ladder found the stage already trained (so nothing was
+    measured), the trainer's own runtime from its saved log."""
+    from train.stage_clock import clock_seconds
+
+    seconds = clock_seconds(folder)
+    if seconds is not None:
+        return round(seconds, 1)
     path = folder / "log_history.json"
     if elapsed < 60 and path.exists():
         for entry in json.loads(path.read_text(encoding="utf-8")):
@@ -366,11 +420,12 @@ def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
     evaluate = Evaluator(a, work)
     rows: list[dict[str, Any]] = []
     timings = _cached(work / "timings.json", dict)
+    oracle = oracle_over_limit(a)
     t_start = time.perf_counter()
 
     def publish():
         (work / "timings.json").write_text(json.dumps(timings, indent=1), encoding="utf-8")
-        write_results(a, rows, time.perf_counter() - t_start, argv, timings)
+        write_results(a, rows, time.perf_counter() - t_start, argv, timings, oracle)
 
     base_done = all((work / "eval" / f"base{part}.json").exists() for part in ("", "-memory"))
     if a.report_only and not (base_done and _finished(work, work / "sft", "sft")):
@@ -393,7 +448,8 @@ def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
                 continue
             from train.curve_callback import CurveCallback  # subclasses transformers' TrainerCallback
 
-            curve = CurveCallback(evaluate, a.curve_every, a.curve_sessions, f"{stage} seed {seed}")
+            curve = CurveCallback(evaluate, a.curve_every, a.curve_sessions, f"{stage} seed {seed}",
+                                  folder / "curve_points.partial.json")
             t = time.perf_counter()
             policy = train_rl(a, seed, sft_policy, alpha, folder, curve)
             timings.setdefault(f"{stage}/{seed}", _train_seconds(folder, time.perf_counter() - t))

@@ -148,8 +148,21 @@ def plot_curves(rows: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+def oracle_note(oracle: dict[str, Any] | None) -> str:
+    """One line: how many oracle outputs the completion limit would cut (``ladder.oracle_over_limit``)."""
+    if not oracle:
+        return ""
+    parts = []
+    for name in ("train", "held_out"):
+        o = oracle[name]
+        over = ", ".join(f"{agent} {n}" for agent, n in o["over_limit"].items() if n) or "none"
+        parts.append(f"{name.replace('_', '-')} {o['sessions']} sessions: {over} (longest "
+                     f"{max(o['longest'].values(), default=0)})")
+    return f"Oracle outputs longer than the {oracle['limit']}-token completion limit: " + "; ".join(parts) + "."
+
+
 def write_results(a, rows: list[dict[str, Any]], seconds: float, argv: list[str],
-                  timings: dict[str, float]) -> dict[str, Path]:
+                  timings: dict[str, float], oracle: dict[str, Any] | None = None) -> dict[str, Path]:
     """ladder.json, ladder.md, ladder.png and ladder_curves.png; ``seconds`` is this invocation's wall time."""
     import torch
     import transformers
@@ -171,6 +184,7 @@ def write_results(a, rows: list[dict[str, Any]], seconds: float, argv: list[str]
           f"Held-out: {rows[0]['held_out_sessions'] if rows else 0} sessions of users {a.held_out_users} of the world "
           f"(training users {a.train_users}); greedy decoding; intervals are 95% percentile bootstraps over sessions "
           "(evidence reward) and over (user, period) cells (memory score).", "",
+          *([oracle_note(oracle), ""] if oracle else []),
           table(rows), "", "Goals, read off the intervals:", ""]
     md += [f"- {v}" for v in verdicts(rows)]
     md += ["", "Stage timings (s): " + json.dumps(timings), "", "Configuration:", "", "```json",

@@ -115,6 +115,13 @@ class SessionRepeatSampler(RepeatSampler):
             raise ValueError(f"a generation batch of {batch_size} prompts would split a session of {rows} agent rows; "
                              f"make generation_batch_size / num_generations a multiple of {rows}")
 
+    def set_epoch(self, epoch: int) -> None:
+        """Each epoch's session order follows from (seed, epoch) alone, not from how many epochs this
+        sampler has already run: a run resumed from a checkpoint in a later epoch (a new sampler, which
+        the trainer sets to that epoch) draws the sessions an uninterrupted run draws."""
+        if self.shuffle and self.seed is not None:  # an unshuffled (evaluation) sampler has no generator
+            self.generator.manual_seed(self.seed + epoch)
+
     def __iter__(self):
         order = (torch.randperm(len(self.sessions), generator=self.generator).tolist() if self.shuffle
                  else list(range(len(self.sessions))))
