@@ -10,12 +10,17 @@ tokens, MemoryGym-v0's evidence reward), run for two optimizer steps in each of:
 - ``vllm``: the policy as ``dtype: auto`` picks it, rollouts from vLLM's CPU engine colocated in
   the trainer (configs/train/adrpo_smollm2_cpu_vllm.yaml; needs ``.venv-vllm``).
 
+``--recipe ladder`` runs the training ladder's RL step instead (``train.ladder.rl_argv`` with the
+defaults of configs/train/ladder_smollm2_cpu.yaml: G = 8, prompts up to 384 tokens, completions up
+to 256, the prompt shared in the loss), continuing the shipped adapter, whose outputs are as long
+as a trained policy's; results go to ``adrpo_step_ladder.json``.
+
 Each runs in a fresh process. ``generate`` is everything before the reward (weight sync, the
 rollouts, the log-probabilities of the sampling policy), ``score`` the session reward, and
 ``optimise`` the rest of the step (the loss's forward and backward passes and the update).
 Per engine the JSON holds both steps and the mean of the second ones.
 
-    python bench/adrpo_step.py [--engines hf-fp32,vllm] [--steps 2]
+    python bench/adrpo_step.py [--engines hf-fp32,vllm] [--steps 2] [--recipe cpu|ladder]
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -43,7 +49,18 @@ RUNS = {
 DEFAULT_RUNS = "hf-fp32,vllm"
 
 
-def measure(engine: str, steps: int) -> dict:
+SHIPPED_ADAPTER = "membuilder/policies/smollm2-135m-memgym"
+
+
+def recipe_argv(recipe: str, config: str, out: str) -> list[str]:
+    if recipe == "cpu":
+        return ["--config", config]
+    from train.ladder import LadderArgs, rl_argv
+
+    return rl_argv(LadderArgs(adrpo_config=config), 0, SHIPPED_ADAPTER, 4.0, Path(out))
+
+
+def measure(engine: str, steps: int, recipe: str = "cpu") -> dict:
     """Runs in the engine's own process."""
     import torch
 
@@ -53,8 +70,8 @@ def measure(engine: str, steps: int) -> dict:
     config, extra = RUNS[engine]
     out = tempfile.mkdtemp(prefix=f"adrpo-step-{engine}-")
     started = time.perf_counter()
-    trainer, _, _ = build(["--config", config, *extra, "--max_steps", str(steps), "--save_strategy", "no",
-                           "--logging_steps", "1", "--output_dir", out])
+    trainer, _, _ = build([*recipe_argv(recipe, config, out), *extra, "--max_steps", str(steps),
+                           "--save_strategy", "no", "--logging_steps", "1", "--output_dir", out])
     build_s = time.perf_counter() - started
     trainer.train()
     rows = []
@@ -66,19 +83,20 @@ def measure(engine: str, steps: int) -> dict:
                      "optimise_s": round(step - generate - score, 1), "step_s": round(step, 1),
                      "completion_tokens_mean": h.get("completions/mean_length")})
     policy = next(p for p in trainer.model.parameters() if not p.requires_grad)
-    return {"engine": engine, "config": config, "overrides": extra, "policy_base_dtype": str(policy.dtype),
+    return {"engine": engine, "recipe": recipe, "config": config, "overrides": extra, "policy_base_dtype": str(policy.dtype),
             "build_s": round(build_s, 1), "torch_threads": torch.get_num_threads(),
+            "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
             "load_average_at_end": list(os.getloadavg()), "steps": rows}
 
 
-def run_engine(engine: str, steps: int) -> dict | None:
+def run_engine(engine: str, steps: int, recipe: str = "cpu") -> dict | None:
     python = python_for(engine)
     if python is None:
         return None
     with tempfile.TemporaryDirectory() as tmp:
         result = Path(tmp) / "result.json"  # not stdout: the engine's shutdown may print there
-        subprocess.run([python, __file__, "--worker", engine, "--steps", str(steps), "--out", str(result)], cwd=ROOT,
-                       check=True)
+        subprocess.run([python, __file__, "--worker", engine, "--steps", str(steps), "--recipe", recipe,
+                        "--out", str(result)], cwd=ROOT, check=True)
         return json.loads(result.read_text())
 
 
@@ -86,24 +104,33 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engines", default=DEFAULT_RUNS, help=f"some of {', '.join(RUNS)}")
     parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--recipe", choices=("cpu", "ladder"), default="cpu",
+                        help="cpu: configs/train/adrpo_smollm2_cpu*.yaml as shipped; ladder: the training ladder's RL step")
     parser.add_argument("--worker", choices=sorted(RUNS), help=argparse.SUPPRESS)
-    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "adrpo_step.json"))
+    parser.add_argument("--out", default=None, help="default bench/results/adrpo_step[_ladder].json")
     args = parser.parse_args()
+    if args.out is None:
+        suffix = "" if args.recipe == "cpu" else f"_{args.recipe}"
+        args.out = str(ROOT / "bench" / "results" / f"adrpo_step{suffix}.json")
     if args.worker:
-        Path(args.out).write_text(json.dumps(measure(args.worker, args.steps)))
+        Path(args.out).write_text(json.dumps(measure(args.worker, args.steps, args.recipe)))
         return
     engines = {}
     for engine in args.engines.split(","):
         if engine not in RUNS:
             raise SystemExit(f"unknown engine {engine!r}; use {sorted(RUNS)}")
-        result = run_engine(engine, args.steps)
+        result = run_engine(engine, args.steps, args.recipe)
         if result is not None:
             warm = result["steps"][1:] or result["steps"]  # the first step also warms the engine up
             result["warm_mean"] = {k: round(sum(r[k] for r in warm) / len(warm), 1)
                                    for k in ("generate_s", "score_s", "optimise_s", "step_s")}
             engines[engine] = result
             print(json.dumps({engine: result["warm_mean"]}), flush=True)
-    result = {"what": "one ADRPO step of configs/train/adrpo_smollm2_cpu.yaml (SmolLM2-135M, LoRA, G=2, 4 agents)",
+    what = ("one ADRPO step of configs/train/adrpo_smollm2_cpu.yaml (SmolLM2-135M, LoRA, G=2, 4 agents)"
+            if args.recipe == "cpu" else
+            "one ADRPO step of the training ladder (SmolLM2-135M, LoRA, G=8, 4 agents, 384-token prompts, up to 256 new "
+            "tokens), continuing the shipped adapter")
+    result = {"what": what, "recipe": args.recipe,
               "cpu_count": os.cpu_count(), "engines": engines}
     if "hf-fp32" in engines:
         base = engines["hf-fp32"]["warm_mean"]["step_s"]

@@ -308,3 +308,24 @@ def test_an_adrpo_run_with_an_eval_dataset_evaluates(tokenizer, tmp_path):
     assert metrics, trainer.state.log_history
     metrics = metrics[0]
     assert metrics["eval_reward"] > 0 and "eval_adrpo/weight_mean" in metrics
+
+
+def test_micro_batches_of_one_prompt_train_what_one_session_batch_trains(tokenizer, tmp_path):
+    """share_prompt with G rows a micro-batch: each micro-batch holds one agent prompt, and the accumulated
+    update equals the update of the whole session in one micro-batch (same rollouts, same seed)."""
+    whole = _trainer(tokenizer, tmp_path / "whole", max_steps=1, learning_rate=1e-2)
+    whole.train()  # each trainer seeds the RNG when built: build the second after the first has sampled
+    split = _trainer(tokenizer, tmp_path / "split", max_steps=1, learning_rate=1e-2,
+                     per_device_train_batch_size=2, gradient_accumulation_steps=4)
+    split.train()
+    assert len(split._buffered_inputs) == 4
+    for micro in split._buffered_inputs:
+        prompts = {tuple(row[mask.bool()].tolist()) for row, mask in zip(micro["prompt_ids"], micro["prompt_mask"])}
+        assert len(prompts) == 1  # one agent prompt, its G = 2 completions
+    def rows(batches):  # TRL shuffled the whole-session batch's rows: compare them as a set
+        return sorted(tuple(r.tolist()) for b in batches for r in b["completion_ids"])
+
+    assert rows(split._buffered_inputs) == rows(whole._buffered_inputs)  # the same rollouts
+    a, b = dict(whole.model.named_parameters()), dict(split.model.named_parameters())
+    moved = [n for n in a if not torch.equal(a[n], tiny_llama(tokenizer).state_dict()[n])]
+    assert moved and all(torch.allclose(a[n], b[n], atol=1e-5) for n in a)

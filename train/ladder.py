@@ -185,9 +185,11 @@ def rl_argv(a: LadderArgs, seed: int, start: str, alpha: float, folder: Path) ->
         "--config", a.adrpo_config, "--model_name_or_path", start,
         *_stage_env(a, a.adrpo_config, a.rl_sessions_per_user, alpha=alpha),
         "--seed", str(seed), "--output_dir", str(folder), "--max_steps", str(a.rl_steps),
-        # one micro-batch per session: the loss runs each agent's prompt once under its G completions
-        "--num_generations", str(g), "--per_device_train_batch_size", str(4 * g), "--share_prompt", "true",
-        "--gradient_accumulation_steps", "1", "--temperature", str(a.rl_temperature), "--top_p", "1.0",
+        # one generation batch per session, one micro-batch per agent prompt: the loss runs each prompt once under
+        # its G completions, and holds one prompt's graph at a time (a whole session at once took over 24 GB
+        # with 256-token completions)
+        "--num_generations", str(g), "--per_device_train_batch_size", str(g), "--share_prompt", "true",
+        "--gradient_accumulation_steps", "4", "--temperature", str(a.rl_temperature), "--top_p", "1.0",
         "--max_completion_length", str(a.max_completion_tokens),
         "--learning_rate", str(a.rl_learning_rate), "--save_strategy", "steps", "--save_steps", str(a.rl_save_steps),
         "--save_total_limit", "1", *(["--rollout_log", str(folder / "rollouts")] if a.rl_rollout_log else [])]

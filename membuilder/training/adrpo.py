@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 from trl import GRPOConfig, GRPOTrainer
-from trl.trainer.utils import RepeatSampler
+from trl.trainer.utils import RepeatSampler, split_tensor_dict
 
 from membuilder.ops import AGENTS, SEARCHABLE_AGENTS
 from membuilder.reward import CandidateScorer, task_rewarded_coin
@@ -80,8 +80,9 @@ class ADRPOConfig(GRPOConfig):
         "help": "Longest prompt; longer ones lose memory-view entries first, never instructions."})
     share_prompt: bool = field(default=True, metadata={
         "help": "Run each distinct prompt once in the loss and put its G completions on its cache "
-                "(membuilder.training.shared_prefix); a whole session in one micro-batch "
-                "(per_device_train_batch_size = 4 x G) shares the most."})
+                "(membuilder.training.shared_prefix). Micro-batches keep the sampler's order, so "
+                "per_device_train_batch_size = G with gradient_accumulation_steps = 4 holds one agent prompt each "
+                "(the least memory); 4 x G with 1 holds a whole session."})
     rollout_log: str | None = field(default=None, metadata={
         "help": "Append every scored completion (step, session_key, agent, k, completion, reward, weight, advantage) "
                 "as JSON lines to <rollout_log>.<process_index>.jsonl, one file per process."})
@@ -332,6 +333,20 @@ class ADRPOTrainer(GRPOTrainer):
             seen[key, agent] += 1
         with open(f"{self.args.rollout_log}.{process}.jsonl", "a", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n")
+
+    def _prepare_inputs(self, generation_batch):
+        if not (self.model.training and self.args.share_prompt and self.args.steps_per_generation > 1):
+            return super()._prepare_inputs(generation_batch)
+        # TRL shuffles a generation batch's rows before cutting it into steps_per_generation micro-batches,
+        # which spreads each prompt's G completions over all of them: share_prompt would then run every
+        # prompt in every micro-batch. Cut in the sampler's order instead (a prompt's G rows are adjacent),
+        # so a micro-batch of G rows holds one agent prompt and only its graph is in memory at a time. The
+        # accumulated gradient is the same: the 'dapo' and 'grpo' losses do not depend on the split.
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        if self._step % generate_every == 0 or self._buffered_inputs is None:
+            generated = self._generate_and_score_completions(generation_batch)
+            self._buffered_inputs = split_tensor_dict(generated, self.args.steps_per_generation)
+        return self._buffered_inputs[self._step % self.args.steps_per_generation]
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
                                            compute_entropy=False, compute_aux_loss=False, **multimodal):
