@@ -33,6 +33,7 @@ from train.common import (  # noqa: E402
     add_benchmark_eval,
     chosen_episodes,
     expert_records,
+    full_checkpoint,
     load_policy,
     parse_users,
     peft_from,
@@ -98,7 +99,9 @@ def build(argv=None):
     require_vllm(args.use_vllm, args.vllm_mode)
     set_seed(args.seed)
     model, tokenizer, path = load_policy(model_args.model_name_or_path, model_args.dtype, frozen_base=model_args.use_peft)
-    model.name_or_path = path  # vLLM colocate builds its engine from this path
+    # vLLM colocate builds its engine from this path; from an adapter it starts on the base, and the merged
+    # policy's weights are synced in before the first rollout (TRL syncs whenever the step changes)
+    model.name_or_path = full_checkpoint(path)
     train_users = parse_users(script.users)
     eval_users = parse_users(script.eval_users) if script.eval_users else []
     if set(train_users) & set(eval_users):

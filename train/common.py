@@ -173,6 +173,16 @@ def policy_dtype(dtype: str | None, frozen_base: bool):
     return torch.bfloat16 if frozen_base and cpu_bf16_is_fast() else torch.float32
 
 
+def full_checkpoint(path: str) -> str:
+    """``path`` itself, or for a LoRA adapter folder (save_policy's adapter/) the base it was trained on."""
+    adapter = Path(path) / "adapter_config.json"
+    if not adapter.is_file():
+        return path
+    import json
+
+    return resolve_chat_path(json.loads(adapter.read_text(encoding="utf-8"))["base_model_name_or_path"])
+
+
 def load_policy(model_name_or_path: str, dtype: str | None = None, frozen_base: bool = False):
     """Model and tokenizer from a short name (``smollm2-135m``), a local folder or a hub id.
     ``frozen_base``: only adapters will train (LoRA), which lets ``dtype: auto`` pick bfloat16."""
@@ -185,11 +195,9 @@ def load_policy(model_name_or_path: str, dtype: str | None = None, frozen_base: 
     if adapter.is_file():
         # A LoRA adapter folder (save_policy's adapter/): its base with the adapter on top, still
         # trainable, so a later stage (ADRPO after SFT) keeps training the one adapter.
-        import json
-
         from peft import PeftModel
 
-        base = resolve_chat_path(json.loads(adapter.read_text(encoding="utf-8"))["base_model_name_or_path"])
+        base = full_checkpoint(path)
         model = load_causal_lm(base, dtype=policy_dtype(dtype, True))
         model = PeftModel.from_pretrained(model, path, is_trainable=True)
         tokenizer = AutoTokenizer.from_pretrained(path if (Path(path) / "tokenizer_config.json").is_file() else base)

@@ -67,3 +67,20 @@ def test_two_adrpo_steps_with_a_colocated_engine_whose_weights_follow_the_policy
     generation.sync_weights()
     assert changed != before, "the engine did not see the new weights"
     assert engine_reply() == before, "restoring the weights did not restore the engine's greedy reply"
+
+
+def test_a_run_continuing_a_lora_adapter_starts_its_engine_from_the_base_and_syncs_the_adapter(tmp_path, monkeypatch):
+    """The ladder's RL stages continue the SFT adapter: the engine cannot load an adapter folder, so it
+    starts from the adapter's base and gets the merged policy before the first rollout."""
+    from train.adrpo import build
+    from train.common import full_checkpoint
+
+    monkeypatch.chdir(ROOT)
+    adapter = "membuilder/policies/smollm2-135m-memgym"
+    trainer, _, _ = build(["--config", "configs/train/adrpo_smollm2_cpu_vllm.yaml", *TINY_RUN, "--max_steps", "1",
+                           "--model_name_or_path", adapter, "--output_dir", str(tmp_path / "run")])
+    assert trainer.model.name_or_path == full_checkpoint(adapter) != adapter
+    trainer.train()
+    assert trainer._last_loaded_step == 0  # synced before the first rollout
+    steps = [h for h in trainer.state.log_history if "reward/task" in h]
+    assert len(steps) == 1 and steps[0]["completions/mean_length"] > 0
