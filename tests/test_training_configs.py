@@ -100,7 +100,9 @@ def test_ladder_defaults_equal_its_yaml_and_its_stages_build(tiny_chat_path, tmp
     assert trainer.session_reward.scorer.config.alpha == 1.0
     args = trainer.args
     assert (args.num_generations, args.temperature, args.share_prompt) == (8, 1.0, True)
-    assert args.per_device_train_batch_size == 4 * args.num_generations  # one session per micro-batch
+    # one session per generation batch, one agent prompt per micro-batch
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (args.num_generations, 4)
+    assert args.generation_batch_size == 4 * args.num_generations
     out = first_generation_batch(trainer)
     assert len(out["adrpo_weights"]) == 32
     prompts = out["prompt_ids"]
