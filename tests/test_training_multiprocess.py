@@ -154,7 +154,7 @@ def runs(tmp_path_factory):
             if proc.poll() is None:
                 proc.kill()
     print(f"three ADRPO runs in {time.perf_counter() - started:.0f} s")
-    return {name: _rows(tmp / name, n) for name, (n, _, _) in layout.items()}
+    return {"_dir": tmp, **{name: _rows(tmp / name, n) for name, (n, _, _) in layout.items()}}
 
 
 def _batches(rows: list[dict]) -> dict[tuple[int, int], list[dict]]:
@@ -207,6 +207,17 @@ def test_each_process_scores_whole_sessions_and_weights_follow_their_completions
     assert sum(abs(r["advantage"]) > 0.1 for r in rows) > len(rows) // 2
 
 
+def test_two_processes_train_one_model(runs):
+    """Gradients are averaged over the processes, the shared-prompt loss included: after two updates from
+    different sessions both processes hold the same weights, and they moved."""
+    out = runs["_dir"] / "sampled2" / "run"
+    first, second = (json.loads((out / f"weights.{p}.json").read_text()) for p in (0, 1))
+    start = json.loads((runs["_dir"] / "greedy1" / "run" / "weights.0.json").read_text())  # learning rate 0
+    assert first.keys() == second.keys() == start.keys()
+    assert all(first[n] == pytest.approx(second[n], rel=1e-6, abs=1e-6) for n in first)
+    assert any(first[n] != pytest.approx(start[n], rel=1e-6, abs=1e-6) for n in first)
+
+
 def test_two_processes_reward_the_same_sessions_as_one(runs):
     two, one = runs["greedy2"], runs["greedy1"]
     assert _assert_whole_sessions(two, processes=2, sessions_per_process=1) == \
@@ -227,4 +238,10 @@ if __name__ == "__main__":  # train/adrpo.py with TextScorer around its scorer
 
     make_scorer = adrpo.make_scorer
     adrpo.make_scorer = lambda script, users: TextScorer(make_scorer(script, users))
-    adrpo.main(sys.argv[1:])
+    trainer = adrpo.main(sys.argv[1:])
+    # each process's weights after training, to check that the processes trained one model
+    import torch
+
+    with torch.no_grad():
+        sums = {n: float(p.double().sum()) for n, p in trainer.accelerator.unwrap_model(trainer.model).named_parameters()}
+    Path(trainer.args.output_dir, f"weights.{trainer.accelerator.process_index}.json").write_text(json.dumps(sums))

@@ -354,11 +354,11 @@ class ADRPOTrainer(GRPOTrainer):
             return super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
                 **multimodal)
-        from membuilder.training.shared_prefix import shared_prefix_logps
+        from membuilder.training.shared_prefix import shared_prefix_logps, through_wrapper
 
         with self.accelerator.autocast():
-            logps, entropies = shared_prefix_logps(model, input_ids, attention_mask, logits_to_keep,
-                                                   self.temperature, compute_entropy)
+            logps, entropies = through_wrapper(model, lambda: shared_prefix_logps(
+                model, input_ids, attention_mask, logits_to_keep, self.temperature, compute_entropy))
         return logps, entropies, None
 
     def _compute_loss(self, model, inputs):

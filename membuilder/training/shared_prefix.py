@@ -28,9 +28,29 @@ def prompt_groups(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> list[l
 
 def _parts(model):
     """(backbone, output head) of a causal LM, under PEFT and accelerate wrappers alike."""
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    inner = getattr(model, "module", model)
+    inner = inner.get_base_model() if hasattr(inner, "get_base_model") else inner
     inner = getattr(inner, "module", inner)
     return getattr(inner, inner.base_model_prefix), inner.get_output_embeddings()
+
+
+def through_wrapper(model, compute):
+    """``compute()`` run as the forward of ``model``'s wrapped module when ``model`` is a
+    DistributedDataParallel wrapper, else plainly.
+
+    DDP averages gradients over the processes only for a backward that follows its own forward;
+    the shared-prefix passes call the backbone and the head directly, which would leave every
+    process training on its own gradients. Run as the wrapped module's forward, once per
+    micro-batch, they go through DDP like any other forward.
+    """
+    if not isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        return compute()
+    inner = model.module
+    inner.forward = compute  # an instance attribute, found before the class's forward
+    try:
+        return model()
+    finally:
+        del inner.forward
 
 
 def shared_prefix_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
