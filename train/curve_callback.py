@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from transformers import TrainerCallback
+
+from memgym_env.interactive.run_files import write_json
 
 
 class CurveCallback(TrainerCallback):
@@ -33,6 +34,4 @@ class CurveCallback(TrainerCallback):
         # a step redone after a resume replaces the point its first sitting measured
         self.points = [p for p in self.points if p["step"] != point["step"]] + [point]
         if self.path is not None:
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(self.points), encoding="utf-8")
-            os.replace(tmp, self.path)
+            write_json(self.path, self.points)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
 from transformers import TrainerCallback
+
+from memgym_env.interactive.run_files import write_json
 
 CLOCK = "clock.json"
 
@@ -38,11 +39,7 @@ class StageClock(TrainerCallback):
         seconds = self.prior + time.perf_counter() - self.started
         if checkpoint:
             self.at_checkpoint[checkpoint] = round(seconds, 1)
-        self.folder.mkdir(parents=True, exist_ok=True)
-        tmp = self.folder / (CLOCK + ".tmp")
-        tmp.write_text(json.dumps({"step": step, "seconds": round(seconds, 1), "at_checkpoint": self.at_checkpoint}),
-                       encoding="utf-8")
-        os.replace(tmp, self.folder / CLOCK)
+        write_json(self.folder / CLOCK, {"step": step, "seconds": round(seconds, 1), "at_checkpoint": self.at_checkpoint})
 
     def on_save(self, args, state, control, **kw):
         self._write(state.global_step, f"checkpoint-{state.global_step}")
