@@ -218,3 +218,38 @@ def test_the_oracle_check_counts_outputs_the_completion_limit_would_cut(tiny_pat
     assert tight["train"]["over_limit"]["core"] == 2  # a Core block is never 7 bytes long
     assert all(n == 0 for part in ("train", "held_out") for n in roomy[part]["over_limit"].values())
     assert roomy["train"]["longest"] == tight["train"]["longest"] and max(roomy["train"]["longest"].values()) > 8
+
+
+def test_a_stopped_sft_run_resumes_from_its_last_checkpoint(tiny_path, tmp_path, monkeypatch):
+    import torch
+    from safetensors.torch import load_file
+    from transformers import TrainerCallback
+    from trl import TrlParser
+
+    from train import ladder
+
+    class StopAtFirstSave(TrainerCallback):
+        def on_save(self, args, state, control, **kw):
+            raise _Stopped(state.global_step)
+
+    monkeypatch.setenv("MEMGYM_TORCH_THREADS", "1")
+    (a,) = TrlParser((ladder.LadderArgs,)).parse_args_and_config(
+        [*_argv(tiny_path, tmp_path), "--sft_sessions_per_user", "2", "--sft_keep_empty_rows", "1",
+         "--sft_gradient_accumulation_steps", "1", "--sft_save_steps", "2"])
+    folder = tmp_path / "sft"
+    with pytest.raises(_Stopped):
+        ladder.train_sft(a, folder, callbacks=[StopAtFirstSave()])
+    assert (folder / "checkpoint-2").is_dir() and not (folder / "policy").exists()
+    stopped = json.loads((folder / "clock.json").read_text())
+    assert stopped["step"] == 2
+
+    adapter = ladder.train_sft(a, folder)
+    assert not list(folder.glob("checkpoint-*"))
+    log = json.loads((folder / "log_history.json").read_text())
+    steps = [e["step"] for e in log if "loss" in e]
+    assert steps[-1] > 2 and json.loads((folder / "clock.json").read_text())["step"] == steps[-1]
+    straight = ladder.train_sft(a, tmp_path / "straight")
+    one, two = (load_file(f"{p}/adapter_model.safetensors") for p in (adapter, straight))
+    assert one.keys() == two.keys() and all(torch.allclose(one[k], two[k], atol=1e-6) for k in one)
+    assert ladder.train_sft(a, folder) == adapter  # found trained: nothing runs
+

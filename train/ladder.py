@@ -75,6 +75,8 @@ class LadderArgs:
     sft_gradient_accumulation_steps: int = field(default=4, metadata={"help": "SFT micro-batches per update."})
     sft_keep_empty_rows: float = field(default=0.25, metadata={
         "help": "Share of SFT rows kept whose oracle output writes nothing (sft.py's keep_empty_rows)."})
+    sft_save_steps: int = field(default=20, metadata={
+        "help": "SFT checkpoint every N updates; a stopped ladder resumes SFT from its last checkpoint."})
     rl_steps: int = field(default=100, metadata={"help": "ADRPO/GRPO optimizer steps (one session each)."})
     rl_save_steps: int = field(default=10, metadata={
         "help": "RL checkpoint every N steps; a stopped ladder resumes a run from its last checkpoint."})
@@ -130,22 +132,46 @@ def _log_history(folder: Path, trainer) -> None:
     (folder / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1), encoding="utf-8")
 
 
-def train_sft(a: LadderArgs, folder: Path) -> str:
-    """The SFT adapter folder (trained unless a resumed ladder already has it)."""
+def train_sft(a: LadderArgs, folder: Path, callbacks=()) -> str:
+    """The SFT adapter folder (trained unless a resumed ladder already has it).
+
+    Like the RL runs, SFT saves a checkpoint every ``sft_save_steps`` updates and a stopped ladder
+    resumes it from the last one: on two cores SFT alone outlasts a short sitting."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    from train.stage_clock import StageClock
+
     adapter = folder / "policy" / "adapter"
-    if not (adapter / "adapter_config.json").exists():
-        trainer = sft.main([
-            "--config", a.sft_config, "--model_name_or_path", a.model_name_or_path,
-            *_stage_env(a, a.sft_config, a.sft_sessions_per_user),
-            "--seed", str(a.sft_seed), "--output_dir", str(folder), "--save_policy_to", str(folder / "policy"),
-            "--dataset_jsonl", str(folder / "sft_rows.jsonl"), "--num_train_epochs", str(a.sft_epochs),
-            "--keep_empty_rows", str(a.sft_keep_empty_rows),
-            "--learning_rate", str(a.sft_learning_rate), "--save_strategy", "no",
-            "--gradient_accumulation_steps", str(a.sft_gradient_accumulation_steps)])
-        _log_history(folder, trainer)
-        del trainer
-        gc.collect()
+    if (adapter / "adapter_config.json").exists():
+        return str(adapter)
+    last = get_last_checkpoint(str(folder)) if folder.is_dir() else None
+    trainer, _, tokenizer = sft.build([
+        "--config", a.sft_config, "--model_name_or_path", a.model_name_or_path,
+        *_stage_env(a, a.sft_config, a.sft_sessions_per_user),
+        "--seed", str(a.sft_seed), "--output_dir", str(folder), "--save_policy_to", str(folder / "policy"),
+        "--dataset_jsonl", str(folder / "sft_rows.jsonl"), "--num_train_epochs", str(a.sft_epochs),
+        "--keep_empty_rows", str(a.sft_keep_empty_rows),
+        "--learning_rate", str(a.sft_learning_rate), "--save_strategy", "steps",
+        "--save_steps", str(a.sft_save_steps), "--save_total_limit", "1",
+        "--gradient_accumulation_steps", str(a.sft_gradient_accumulation_steps)])
+    for callback in (StageClock(folder, last), *callbacks):
+        trainer.add_callback(callback)
+    if last:
+        print(f"{folder}: resuming from {last}")
+    trainer.train(resume_from_checkpoint=last)
+    save_policy(trainer.model, tokenizer, folder / "policy")
+    _log_history(folder, trainer)
+    del trainer
+    gc.collect()
+    _drop_checkpoints(folder)
     return str(adapter)
+
+
+def _drop_checkpoints(folder: Path) -> None:
+    import shutil
+
+    for done in folder.glob("checkpoint-*"):  # the finished adapter replaces them
+        shutil.rmtree(done)
 
 
 def train_rl(a: LadderArgs, seed: int, start: str, alpha: float, folder: Path, curve, callbacks=()) -> str:
@@ -171,10 +197,7 @@ def train_rl(a: LadderArgs, seed: int, start: str, alpha: float, folder: Path, c
     _log_history(folder, trainer)
     del trainer
     gc.collect()
-    import shutil
-
-    for done in folder.glob("checkpoint-*"):  # the finished adapter replaces them
-        shutil.rmtree(done)
+    _drop_checkpoints(folder)
     return str(adapter)
 
 
