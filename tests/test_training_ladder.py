@@ -102,6 +102,7 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
     partial = ladder.main([*_argv(tiny_path, tmp_path), "--report_only", "true"])
     assert partial == rows[:-1] and not (tmp_path / "work" / "seed1" / "grpo").exists()
     assert [r["stage"] for r in json.loads((tmp_path / "results" / "ladder.json").read_text())][-1] == "adrpo"
+    assert not (tmp_path / "results" / "ladder_progress.json").exists()  # the removed run left no checkpoint
     shutil.rmtree(tmp_path / "work" / "sft")
     with pytest.raises(FileNotFoundError, match="no finished SFT stage"):
         ladder.main([*_argv(tiny_path, tmp_path), "--report_only", "true"])
@@ -177,6 +178,23 @@ def test_a_stopped_rl_run_resumes_from_its_last_checkpoint(tiny_path, tmp_path, 
     assert (folder / "checkpoint-2").is_dir() and not (folder / "policy").exists()
     stopped = json.loads((folder / "clock.json").read_text())
     assert stopped["step"] == 2 and stopped["at_checkpoint"]["checkpoint-2"] == stopped["seconds"] > 0
+
+    # a report of the stopped ladder shows where the run stands at its checkpoint
+    from train.ladder_report import plot_curves, progress_lines
+
+    keys = evaluate.keys[:2]
+    progress = ladder.run_progress(folder, "adrpo", 0, {"session_keys": keys, "session_rewards": {
+        "evidence": [0.5, 0.25]}}, keys, 3)
+    assert progress["step"] == 2 and progress["steps"] == 3
+    assert progress["train_seconds"] == stopped["at_checkpoint"]["checkpoint-2"]
+    assert [(c["step"], c["train_reward"] is not None, c["held_out_reward"] is not None)
+            for c in progress["curve"]] == [(0, False, True), (1, True, True), (2, True, True)]
+    assert progress["curve"][0]["held_out_reward"] == 0.375  # the start's mean over the curve's sessions
+    (line,) = progress_lines([progress])
+    assert line.startswith("ADRPO seed 0: stopped at step 2 of 3") and "(step 2)" in line
+    plot_curves([], tmp_path / "curves.png", [progress])
+    assert (tmp_path / "curves.png").stat().st_size > 10_000
+    assert ladder.run_progress(tmp_path / "never-started", "grpo", 0, {}, keys, 3) is None
 
     resumed = curve()
     assert [p["step"] for p in resumed.points] == [1, 2]  # measured by the first sitting, kept

@@ -383,15 +383,41 @@ def train_curve(folder: Path) -> dict[int, float]:
     return out
 
 
+def run_progress(folder: Path, stage: str, seed: int, start: dict[str, Any], curve_keys: list[str],
+                 steps: int) -> dict[str, Any] | None:
+    """Where an RL run stopped part-way stands at its last checkpoint: the step, its training time and the
+    curve so far (train reward from the checkpoint's log, held-out points up to it); None without one."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    from train.stage_clock import CLOCK
+
+    last = get_last_checkpoint(str(folder)) if folder.is_dir() else None
+    if last is None:
+        return None
+    state = json.loads((Path(last) / "trainer_state.json").read_text(encoding="utf-8"))
+    step = int(state["global_step"])
+    clock = json.loads((folder / CLOCK).read_text(encoding="utf-8")) if (folder / CLOCK).exists() else {}
+    partial = folder / "curve_points.partial.json"
+    points = [p for p in (json.loads(partial.read_text(encoding="utf-8")) if partial.exists() else [])
+              if p["step"] <= step]
+    train = {int(e["step"]): round(float(e["reward"]), 4) for e in state["log_history"] if "reward" in e}
+    held = {0: _subset_mean(start, curve_keys), **{int(p["step"]): round(p["held_out_reward"], 4) for p in points}}
+    return {"stage": stage, "seed": seed, "step": step, "steps": steps,
+            "train_seconds": clock.get("at_checkpoint", {}).get(Path(last).name),
+            "curve": [{"step": s, "train_reward": train.get(s), "held_out_reward": held.get(s)}
+                      for s in sorted(set(train) | set(held))]}
+
+
+def _subset_mean(res: dict[str, Any], keys: list[str]) -> float:
+    by_key = dict(zip(res["session_keys"], res["session_rewards"]["evidence"], strict=True))
+    return round(sum(by_key[k] for k in keys) / len(keys), 4)
+
+
 def make_curve(folder: Path, start: dict[str, Any], end: dict[str, Any], points: list[dict[str, float]],
                curve_keys: list[str], steps: int) -> list[dict[str, Any]]:
     """{step, train_reward, held_out_reward} per step: held-out at 0 (the SFT policy), every N, and the end
     (all on the same ``curve_keys`` sessions)."""
-    def subset(res):
-        by_key = dict(zip(res["session_keys"], res["session_rewards"]["evidence"], strict=True))
-        return round(sum(by_key[k] for k in curve_keys) / len(curve_keys), 4)
-
-    held = {0: subset(start), steps: subset(end), **{int(p["step"]): round(p["held_out_reward"], 4) for p in points}}
+    held = {0: _subset_mean(start, curve_keys), steps: _subset_mean(end, curve_keys), **{int(p["step"]): round(p["held_out_reward"], 4) for p in points}}
     train = train_curve(folder)
     return [{"step": s, "train_reward": train.get(s), "held_out_reward": held.get(s)}
             for s in sorted(set(train) | set(held))]
@@ -444,13 +470,14 @@ def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
     work = Path(a.work_dir)
     evaluate = Evaluator(a, work)
     rows: list[dict[str, Any]] = []
+    progress: list[dict[str, Any]] = []  # RL runs a report finds stopped part-way
     timings = _cached(work / "timings.json", dict)
     oracle = oracle_over_limit(a)
     t_start = time.perf_counter()
 
     def publish():
         (work / "timings.json").write_text(json.dumps(timings, indent=1), encoding="utf-8")
-        write_results(a, rows, time.perf_counter() - t_start, argv, timings, oracle)
+        write_results(a, rows, time.perf_counter() - t_start, argv, timings, oracle, progress)
 
     base_done = all((work / "eval" / f"base{part}.json").exists() for part in ("", "-memory"))
     if a.report_only and not (base_done and _finished(work, work / "sft", "sft")):
@@ -470,6 +497,10 @@ def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
         for stage, alpha in (("adrpo", a.adrpo_alpha), ("grpo", 1.0)):
             folder = work / f"seed{seed}" / stage
             if a.report_only and not _finished(work, folder, f"{stage}-{seed}"):
+                partial = run_progress(folder, stage, seed, sft_res, evaluate.keys[:a.curve_sessions], a.rl_steps)
+                if partial:
+                    progress.append(partial)
+                    publish()
                 continue
             from train.curve_callback import CurveCallback  # subclasses transformers' TrainerCallback
 

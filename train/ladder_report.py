@@ -121,18 +121,20 @@ def plot(rows: list[dict[str, Any]], path: Path, model: str = "") -> None:
     plt.close(fig)
 
 
-def plot_curves(rows: list[dict[str, Any]], path: Path) -> None:
+def plot_curves(rows: list[dict[str, Any]], path: Path, progress: list[dict[str, Any]] = ()) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for r in rows:
+    seeds = sorted({r["seed"] for r in (*rows, *progress) if r.get("curve")})
+    for r in (*rows, *progress):
         if not r.get("curve"):
             continue
-        color, ls = f"C{STAGES.index(r['stage'])}", "-" if r["seed"] == rows[-1]["seed"] else "--"
-        label = f"{r['stage']} seed {r['seed']}"
+        color, ls = f"C{STAGES.index(r['stage'])}", "-" if r["seed"] == seeds[0] else "--"
+        label = f"{r['stage']} seed {r['seed']}" + (f" (stopped at step {r['step']} of {r['steps']})"
+                                                   if "steps" in r else "")
         for ax, key in zip(axes, ("train_reward", "held_out_reward"), strict=True):
             pts = [(p["step"], p[key]) for p in r["curve"] if p.get(key) is not None]
             if pts:
@@ -161,9 +163,27 @@ def oracle_note(oracle: dict[str, Any] | None) -> str:
     return f"Oracle outputs longer than the {oracle['limit']}-token completion limit: " + "; ".join(parts) + "."
 
 
+def progress_lines(progress: list[dict[str, Any]]) -> list[str]:
+    """One line per RL run stopped part-way: its step and its train and held-out rewards so far."""
+    out = []
+    for p in progress:
+        train = [c["train_reward"] for c in p["curve"] if c.get("train_reward") is not None]
+        held = [(c["step"], c["held_out_reward"]) for c in p["curve"] if c.get("held_out_reward") is not None]
+        last10 = train[-10:]
+        minutes = f", {p['train_seconds'] / 60:.0f} min of training" if p.get("train_seconds") else ""
+        out.append(f"{p['stage'].upper()} seed {p['seed']}: stopped at step {p['step']} of {p['steps']}{minutes}; "
+                   f"train reward {_num(sum(train[:10]) / len(train[:10]) if train else None)} over its first "
+                   f"{len(train[:10])} steps, {_num(sum(last10) / len(last10) if last10 else None)} over its last "
+                   f"{len(last10)}; held-out reward on the curve's sessions "
+                   + ", ".join(f"{v:.3f} (step {s})" for s, v in held) + ".")
+    return out
+
+
 def write_results(a, rows: list[dict[str, Any]], seconds: float, argv: list[str],
-                  timings: dict[str, float], oracle: dict[str, Any] | None = None) -> dict[str, Path]:
-    """ladder.json, ladder.md, ladder.png and ladder_curves.png; ``seconds`` is this invocation's wall time."""
+                  timings: dict[str, float], oracle: dict[str, Any] | None = None,
+                  progress: list[dict[str, Any]] = ()) -> dict[str, Path]:
+    """ladder.json, ladder.md, ladder.png and ladder_curves.png, plus ladder_progress.json where RL runs
+    stopped part-way (a report of a ladder still going); ``seconds`` is this invocation's wall time."""
     import torch
     import transformers
     import trl
@@ -171,10 +191,15 @@ def write_results(a, rows: list[dict[str, Any]], seconds: float, argv: list[str]
     out = Path(a.results_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / "ladder.json", "md": out / "ladder.md", "png": out / "ladder.png",
-             "curves": out / "ladder_curves.png"}
+             "curves": out / "ladder_curves.png", "progress": out / "ladder_progress.json"}
     tmp = paths["json"].with_suffix(".tmp")
     tmp.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
     os.replace(tmp, paths["json"])
+    if progress:
+        tmp.write_text(json.dumps(list(progress), indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, paths["progress"])
+    else:
+        paths["progress"].unlink(missing_ok=True)  # every run finished: nothing is in progress
     cmd = "python train/ladder.py " + " ".join(argv)
     compute = sum(timings.values()) + sum((r.get("eval_seconds") or 0) for r in rows)
     md = [f"# Training ladder ({a.model_name_or_path}, CPU)", "",
@@ -187,9 +212,13 @@ def write_results(a, rows: list[dict[str, Any]], seconds: float, argv: list[str]
           *([oracle_note(oracle), ""] if oracle else []),
           table(rows), "", "Goals, read off the intervals:", ""]
     md += [f"- {v}" for v in verdicts(rows)]
+    if progress:
+        md += ["", f"RL runs stopped part-way (resumed by the next `make ladder`; curves in {paths['curves'].name}, "
+                   f"points in {paths['progress'].name}):", ""]
+        md += [f"- {line}" for line in progress_lines(progress)]
     md += ["", "Stage timings (s): " + json.dumps(timings), "", "Configuration:", "", "```json",
            json.dumps(asdict(a), indent=1), "```", ""]
     paths["md"].write_text("\n".join(md), encoding="utf-8")
     plot(rows, paths["png"], a.model_name_or_path)
-    plot_curves(rows, paths["curves"])
+    plot_curves(rows, paths["curves"], progress)
     return paths
