@@ -132,15 +132,21 @@ def plot_curves(rows: list[dict[str, Any]], path: Path, progress: list[dict[str,
     for r in (*rows, *progress):
         if not r.get("curve"):
             continue
-        color, ls = f"C{STAGES.index(r['stage'])}", "-" if r["seed"] == seeds[0] else "--"
+        stopped = "steps" in r  # a run stopped part-way: dotted, until it finishes
+        color, ls = f"C{STAGES.index(r['stage'])}", ":" if stopped else "-" if r["seed"] == seeds[0] else "--"
         label = f"{r['stage']} seed {r['seed']}" + (f" (stopped at step {r['step']} of {r['steps']})"
-                                                   if "steps" in r else "")
-        for ax, key in zip(axes, ("train_reward", "held_out_reward"), strict=True):
-            pts = [(p["step"], p[key]) for p in r["curve"] if p.get(key) is not None]
-            if pts:
-                ax.plot(*zip(*pts, strict=True), ls, color=color, marker="o" if key == "held_out_reward" else None,
-                        ms=4, label=label)
-    axes[0].set_title("train reward per step (mean over 4 agents x G rollouts)", fontsize=10)
+                                                   if stopped else "")
+        train = [(p["step"], p["train_reward"]) for p in r["curve"] if p.get("train_reward") is not None]
+        if train:
+            # one session a step makes the raw reward jumpy: faint, under its trailing 10-step mean
+            axes[0].plot(*zip(*train, strict=True), ls, color=color, alpha=0.25, lw=1)
+            ys = [v for _, v in train]
+            smooth = [sum(ys[max(0, i - 9):i + 1]) / len(ys[max(0, i - 9):i + 1]) for i in range(len(ys))]
+            axes[0].plot([s for s, _ in train], smooth, ls, color=color, lw=2, label=label)
+        held = [(p["step"], p["held_out_reward"]) for p in r["curve"] if p.get("held_out_reward") is not None]
+        if held:
+            axes[1].plot(*zip(*held, strict=True), ls, color=color, marker="o", ms=4, label=label)
+    axes[0].set_title("train reward per step (4 agents x G rollouts; line: 10-step mean)", fontsize=10)
     axes[1].set_title("held-out evidence reward (greedy, same sessions at every point)", fontsize=10)
     for ax in axes:
         ax.set_xlabel("RL step")
