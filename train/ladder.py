@@ -137,6 +137,31 @@ def train_sft(a: LadderArgs, folder: Path, callbacks=()) -> str:
 
     Like the RL runs, SFT saves a checkpoint every ``sft_save_steps`` updates and a stopped ladder
     resumes it from the last one: on two cores SFT alone outlasts a short sitting."""
+    return _train_resumable(folder, lambda: sft.build([
+        "--config", a.sft_config, "--model_name_or_path", a.model_name_or_path,
+        *_stage_env(a, a.sft_config, a.sft_sessions_per_user),
+        "--seed", str(a.sft_seed), "--output_dir", str(folder), "--save_policy_to", str(folder / "policy"),
+        "--dataset_jsonl", str(folder / "sft_rows.jsonl"), "--num_train_epochs", str(a.sft_epochs),
+        "--keep_empty_rows", str(a.sft_keep_empty_rows),
+        "--learning_rate", str(a.sft_learning_rate), "--save_strategy", "steps",
+        "--save_steps", str(a.sft_save_steps), "--save_total_limit", "1",
+        "--gradient_accumulation_steps", str(a.sft_gradient_accumulation_steps)]), callbacks)
+
+
+def train_rl(a: LadderArgs, seed: int, start: str, alpha: float, folder: Path, curve, callbacks=()) -> str:
+    """ADRPO (or GRPO with alpha 1) continuing the SFT adapter at ``start``; returns the new adapter folder.
+
+    The run saves a checkpoint every ``rl_save_steps`` steps; a stopped run resumes from its last one
+    (adapter, optimizer, scheduler, data order and RNG), so a run longer than one sitting still finishes."""
+    return _train_resumable(folder, lambda: adrpo.build(rl_argv(a, seed, start, alpha, folder)),
+                            (*([curve] if curve is not None else []), *callbacks))
+
+
+def _train_resumable(folder: Path, build, callbacks) -> str:
+    """Train the stage ``build()`` makes from its last checkpoint in ``folder`` (if any), save its policy and
+    log, and drop the checkpoints; a stage already trained is left as it is. Returns the adapter folder."""
+    import shutil
+
     from transformers.trainer_utils import get_last_checkpoint
 
     from train.stage_clock import StageClock
@@ -145,15 +170,7 @@ def train_sft(a: LadderArgs, folder: Path, callbacks=()) -> str:
     if (adapter / "adapter_config.json").exists():
         return str(adapter)
     last = get_last_checkpoint(str(folder)) if folder.is_dir() else None
-    trainer, _, tokenizer = sft.build([
-        "--config", a.sft_config, "--model_name_or_path", a.model_name_or_path,
-        *_stage_env(a, a.sft_config, a.sft_sessions_per_user),
-        "--seed", str(a.sft_seed), "--output_dir", str(folder), "--save_policy_to", str(folder / "policy"),
-        "--dataset_jsonl", str(folder / "sft_rows.jsonl"), "--num_train_epochs", str(a.sft_epochs),
-        "--keep_empty_rows", str(a.sft_keep_empty_rows),
-        "--learning_rate", str(a.sft_learning_rate), "--save_strategy", "steps",
-        "--save_steps", str(a.sft_save_steps), "--save_total_limit", "1",
-        "--gradient_accumulation_steps", str(a.sft_gradient_accumulation_steps)])
+    trainer, _, tokenizer = build()
     for callback in (StageClock(folder, last), *callbacks):
         trainer.add_callback(callback)
     if last:
@@ -163,41 +180,8 @@ def train_sft(a: LadderArgs, folder: Path, callbacks=()) -> str:
     _log_history(folder, trainer)
     del trainer
     gc.collect()
-    _drop_checkpoints(folder)
-    return str(adapter)
-
-
-def _drop_checkpoints(folder: Path) -> None:
-    import shutil
-
     for done in folder.glob("checkpoint-*"):  # the finished adapter replaces them
         shutil.rmtree(done)
-
-
-def train_rl(a: LadderArgs, seed: int, start: str, alpha: float, folder: Path, curve, callbacks=()) -> str:
-    """ADRPO (or GRPO with alpha 1) continuing the SFT adapter at ``start``; returns the new adapter folder.
-
-    The run saves a checkpoint every ``rl_save_steps`` steps; a stopped run resumes from its last one
-    (adapter, optimizer, scheduler, data order and RNG), so a run longer than one sitting still finishes."""
-    from transformers.trainer_utils import get_last_checkpoint
-
-    from train.stage_clock import StageClock
-
-    adapter = folder / "policy" / "adapter"
-    if (adapter / "adapter_config.json").exists():
-        return str(adapter)
-    last = get_last_checkpoint(str(folder)) if folder.is_dir() else None
-    trainer, script, tokenizer = adrpo.build(rl_argv(a, seed, start, alpha, folder))
-    for callback in (StageClock(folder, last), *([curve] if curve is not None else []), *callbacks):
-        trainer.add_callback(callback)
-    if last:
-        print(f"{folder}: resuming from {last}")
-    trainer.train(resume_from_checkpoint=last)
-    save_policy(trainer.model, tokenizer, folder / "policy")
-    _log_history(folder, trainer)
-    del trainer
-    gc.collect()
-    _drop_checkpoints(folder)
     return str(adapter)
 
 
