@@ -271,3 +271,31 @@ def test_a_stopped_sft_run_resumes_from_its_last_checkpoint(tiny_path, tmp_path,
     assert one.keys() == two.keys() and all(torch.allclose(one[k], two[k], atol=1e-6) for k in one)
     assert ladder.train_sft(a, folder) == adapter  # found trained: nothing runs
 
+
+
+def test_a_work_folder_resumes_only_under_the_settings_that_made_it(tiny_path, tmp_path):
+    import shutil
+
+    from trl import TrlParser
+
+    from train import ladder
+
+    env = tmp_path / "env.yaml"
+    shutil.copy("configs/env/construction_cpu.yaml", env)
+
+    def args(*extra):
+        (a,) = TrlParser((ladder.LadderArgs,)).parse_args_and_config(
+            [*_argv(tiny_path, tmp_path), "--env_config", str(env), *extra])
+        return a
+
+    work = tmp_path / "work"
+    ladder.check_work_dir(args("--report_only", "true"), work)
+    assert not (work / "settings.json").exists()  # a report claims no folder
+    ladder.check_work_dir(args(), work)
+    assert json.loads((work / "settings.json").read_text())["eval_sessions_per_user"] == 3
+    ladder.check_work_dir(args("--adapter_out", str(tmp_path / "elsewhere"), "--seeds", "0", "1", "2"), work)
+    with pytest.raises(SystemExit, match=r"eval_sessions_per_user 3 -> 6\..*another work_dir"):
+        ladder.check_work_dir(args("--eval_sessions_per_user", "6"), work)
+    env.write_text(env.read_text() + "\n# edited\n")
+    with pytest.raises(SystemExit, match="env_config_sha256"):
+        ladder.check_work_dir(args(), work)

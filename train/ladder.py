@@ -450,8 +450,44 @@ def _scores(r: dict[str, Any]) -> dict[str, Any]:
                               "held_out_sessions", "held_out_users")}
 
 
+# Settings a work folder's stages and caches do not depend on: they may change between sittings.
+FREE_SETTINGS = ("report_only", "results_dir", "work_dir", "adapter_out", "seeds", "rl_save_steps", "sft_save_steps",
+                 "rl_rollout_log")
+
+
+def work_settings(a: LadderArgs) -> dict[str, Any]:
+    """What the stages and caches in ``work_dir`` depend on: the ladder's settings and the text of the
+    stage and world configs they read."""
+    import hashlib
+
+    out = {k: v for k, v in asdict(a).items() if k not in FREE_SETTINGS}
+    for name in ("sft_config", "adrpo_config", "env_config"):
+        out[f"{name}_sha256"] = hashlib.sha256(Path(getattr(a, name)).read_bytes()).hexdigest()
+    return json.loads(json.dumps(out))
+
+
+def check_work_dir(a: LadderArgs, work: Path) -> None:
+    """A work folder resumes only under the settings that made it: its cached evaluations and trained
+    stages are keyed by stage name alone, so other settings would mix stale results into the report."""
+    from memgym_env.interactive.run_files import write_json
+
+    path = work / "settings.json"
+    now = work_settings(a)
+    if path.exists():
+        made = json.loads(path.read_text(encoding="utf-8"))
+        changed = sorted(k for k in set(made) | set(now) if made.get(k) != now.get(k))
+        if changed:
+            raise SystemExit(f"{work} was made with other settings ({path}): "
+                             + "; ".join(f"{k} {made.get(k)!r} -> {now.get(k)!r}" for k in changed)
+                             + ". Its stages and cached evaluations would not match them: set another work_dir, "
+                               "or remove this one to start over.")
+    elif not a.report_only:  # a report describes a folder; it does not claim one
+        write_json(path, now)
+
+
 def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
     work = Path(a.work_dir)
+    check_work_dir(a, work)
     evaluate = Evaluator(a, work)
     rows: list[dict[str, Any]] = []
     progress: list[dict[str, Any]] = []  # RL runs a report finds stopped part-way
