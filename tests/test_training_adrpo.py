@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -329,3 +331,20 @@ def test_micro_batches_of_one_prompt_train_what_one_session_batch_trains(tokeniz
     a, b = dict(whole.model.named_parameters()), dict(split.model.named_parameters())
     moved = [n for n in a if not torch.equal(a[n], tiny_llama(tokenizer).state_dict()[n])]
     assert moved and all(torch.allclose(a[n], b[n], atol=1e-5) for n in a)
+
+
+def test_a_resumed_run_drops_the_rollout_lines_it_redoes(tmp_path):
+    from membuilder.training.adrpo import trim_rollout_log
+
+    log = tmp_path / "rollouts.0.jsonl"
+    records = [{"mode": "train", "step": s} for s in (0, 0, 1, 2, 2)] + [{"mode": "eval", "step": 2}]
+    log.write_text("".join(json.dumps(r) + "\n" for r in records) + '{"mode": "train", "st')  # torn last line
+    # resumed from checkpoint-2: updates 1 and 2 (rollouts logged at steps 0 and 1) and the evaluation at step 2
+    # happened before the checkpoint; the rollouts logged at step 2 and the torn line are redone
+    assert trim_rollout_log(str(log), 2) == 3
+    assert [json.loads(x) for x in log.read_text().splitlines()] == [records[i] for i in (0, 1, 2, 5)]
+    assert trim_rollout_log(str(log), 2) == 0
+    assert trim_rollout_log(str(tmp_path / "missing.jsonl"), 0) == 0
+    log.write_text('{"mode": "train", "step": 0}\nnot json\n{"mode": "train", "step": 1}\n')
+    with pytest.raises(ValueError, match=r"rollouts.0.jsonl: line 2 is not a rollout record"):
+        trim_rollout_log(str(log), 1)

@@ -160,9 +160,12 @@ def test_a_stopped_rl_run_resumes_from_its_last_checkpoint(tiny_path, tmp_path, 
     from train import ladder
     from train.curve_callback import CurveCallback
 
-    class StopAtFirstSave(TrainerCallback):
-        def on_save(self, args, state, control, **kw):
-            raise _Stopped(state.global_step)
+    class StopMidStep3(TrainerCallback):
+        """A stop after checkpoint-2, once step 3's rollouts are logged: the resumed run redoes step 3."""
+
+        def on_step_end(self, args, state, control, **kw):
+            if state.global_step == 3:
+                raise _Stopped(state.global_step)
 
     monkeypatch.setenv("MEMGYM_TORCH_THREADS", "1")
     (a,) = TrlParser((ladder.LadderArgs,)).parse_args_and_config(
@@ -174,8 +177,9 @@ def test_a_stopped_rl_run_resumes_from_its_last_checkpoint(tiny_path, tmp_path, 
         return CurveCallback(evaluate, 1, 2, "resumed", folder / "curve_points.partial.json")
 
     with pytest.raises(_Stopped):
-        ladder.train_rl(a, 0, tiny_path, 4.0, folder, curve(), callbacks=[StopAtFirstSave()])
+        ladder.train_rl(a, 0, tiny_path, 4.0, folder, curve(), callbacks=[StopMidStep3()])
     assert (folder / "checkpoint-2").is_dir() and not (folder / "policy").exists()
+    assert {json.loads(x)["step"] for x in (folder / "rollouts.0.jsonl").read_text().splitlines()} == {0, 1, 2}
     stopped = json.loads((folder / "clock.json").read_text())
     assert stopped["step"] == 2 and stopped["at_checkpoint"]["checkpoint-2"] == stopped["seconds"] > 0
 
@@ -212,10 +216,13 @@ def test_a_stopped_rl_run_resumes_from_its_last_checkpoint(tiny_path, tmp_path, 
 
     def rollouts(run):
         lines = [json.loads(x) for x in (run / "rollouts.0.jsonl").read_text().splitlines()]
-        return {(r["step"], r["session_key"], r["agent"], r["k"]): r["completion"] for r in lines}
+        return [((r["step"], r["session_key"], r["agent"], r["k"]), r["completion"]) for r in lines]
 
+    # the resumed run dropped the step-3 rollouts of the stopped sitting before redoing them: no line twice
     sampled, sampled_straight = rollouts(folder), rollouts(tmp_path / "straight")
-    assert {k[0] for k in sampled} == {0, 1, 2} and sampled == sampled_straight
+    assert {k[0] for k, _ in sampled} == {0, 1, 2} and sampled == sampled_straight
+    sampled = dict(sampled)
+    assert len(sampled) == len(sampled_straight)
     assert len(set(sampled.values())) > len(sampled) // 2
     one, two = (load_file(f"{p}/adapter_model.safetensors") for p in (adapter, straight))
     assert one.keys() == two.keys() and all(torch.equal(one[k], two[k]) for k in one)

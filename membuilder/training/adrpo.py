@@ -85,7 +85,8 @@ class ADRPOConfig(GRPOConfig):
                 "(the least memory); 4 x G with 1 holds a whole session."})
     rollout_log: str | None = field(default=None, metadata={
         "help": "Append every scored completion (step, session_key, agent, k, completion, reward, weight, advantage) "
-                "as JSON lines to <rollout_log>.<process_index>.jsonl, one file per process."})
+                "as JSON lines to <rollout_log>.<process_index>.jsonl, one file per process. A run resumed from a "
+                "checkpoint first drops the lines of the steps it redoes (a fresh run: all of them)."})
 
 
 # ---- the sampler --------------------------------------------------------------------------------
@@ -230,6 +231,48 @@ class SessionReward:
 # ---- the trainer ----------------------------------------------------------------------------------
 
 
+def _start_step(resume_from_checkpoint, output_dir: str) -> int:
+    """The optimizer step a run starts from: its checkpoint's (``True``: the last in ``output_dir``), else 0."""
+    from pathlib import Path
+
+    from transformers.trainer_utils import get_last_checkpoint
+
+    checkpoint = (get_last_checkpoint(output_dir) if resume_from_checkpoint is True else resume_from_checkpoint)
+    if not checkpoint:
+        return 0
+    return int(json.loads((Path(checkpoint) / "trainer_state.json").read_text(encoding="utf-8"))["global_step"])
+
+
+def trim_rollout_log(path: str, start: int) -> int:
+    """Keep the lines a run resumed from the checkpoint of step ``start`` (0: started afresh) will not redo,
+    and return how many were dropped: the stopped sitting's later steps would otherwise be logged twice."""
+    import os
+    from pathlib import Path
+
+    log = Path(path)
+    if not log.exists():
+        return 0
+    lines = log.read_text(encoding="utf-8").splitlines(keepends=True)
+    kept = []
+    for number, line in enumerate(lines, 1):
+        try:
+            record = json.loads(line)
+            step, mode = record["step"], record["mode"]
+        except (json.JSONDecodeError, KeyError, TypeError) as err:
+            if number == len(lines):  # the last line of a run stopped while writing it
+                continue
+            raise ValueError(f"{path}: line {number} is not a rollout record with 'step' and 'mode' ({err})") from err
+        # a train rollout logged at step s makes update s + 1; an evaluation at s runs before the checkpoint of s
+        if step < start or (mode == "eval" and step == start):
+            kept.append(line if line.endswith("\n") else line + "\n")
+    if len(kept) == len(lines):
+        return 0
+    tmp = log.with_suffix(log.suffix + ".tmp")
+    tmp.write_text("".join(kept), encoding="utf-8")
+    os.replace(tmp, log)  # a stop while trimming leaves the old log, never half of it
+    return len(lines) - len(kept)
+
+
 class ADRPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` with session-grouped sampling and attribution-weighted advantages.
 
@@ -258,6 +301,14 @@ class ADRPOTrainer(GRPOTrainer):
                 f"sessions: a multiple of {len(AGENTS)} agents x G={self.num_generations}"
                 + (f" (with {processes} processes, each process scores its own sessions, so a smaller share "
                    "would split a session across processes)" if processes > 1 else ""))
+
+    def train(self, resume_from_checkpoint=None, *args, **kwargs):
+        if self.args.rollout_log:
+            start = _start_step(resume_from_checkpoint, self.args.output_dir)
+            dropped = trim_rollout_log(f"{self.args.rollout_log}.{self.accelerator.process_index}.jsonl", start)
+            if dropped:
+                print(f"rollout log: dropped {dropped} lines of steps {start} and later, which this run redoes")
+        return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def _get_train_sampler(self, dataset=None):
         dataset = self.train_dataset if dataset is None else dataset
