@@ -358,13 +358,11 @@ def _cached(path: Path, make):
 def train_curve(folder: Path) -> dict[int, float]:
     """Mean train reward (the session reward ADRPO maximises) per optimizer step, from the run's log."""
     path = folder / "log_history.json"
-    if not path.exists():
-        return {}
-    out = {}
-    for entry in json.loads(path.read_text(encoding="utf-8")):
-        if "step" in entry and "reward" in entry:
-            out[int(entry["step"])] = round(float(entry["reward"]), 4)
-    return out
+    return _train_rewards(json.loads(path.read_text(encoding="utf-8"))) if path.exists() else {}
+
+
+def _train_rewards(log_history: list[dict[str, Any]]) -> dict[int, float]:
+    return {int(e["step"]): round(float(e["reward"]), 4) for e in log_history if "step" in e and "reward" in e}
 
 
 def run_progress(folder: Path, stage: str, seed: int, start: dict[str, Any], curve_keys: list[str],
@@ -384,12 +382,9 @@ def run_progress(folder: Path, stage: str, seed: int, start: dict[str, Any], cur
     partial = folder / "curve_points.partial.json"
     points = [p for p in (json.loads(partial.read_text(encoding="utf-8")) if partial.exists() else [])
               if p["step"] <= step]
-    train = {int(e["step"]): round(float(e["reward"]), 4) for e in state["log_history"] if "reward" in e}
-    held = {0: _subset_mean(start, curve_keys), **{int(p["step"]): round(p["held_out_reward"], 4) for p in points}}
     return {"stage": stage, "seed": seed, "step": step, "steps": steps,
             "train_seconds": clock.get("at_checkpoint", {}).get(Path(last).name),
-            "curve": [{"step": s, "train_reward": train.get(s), "held_out_reward": held.get(s)}
-                      for s in sorted(set(train) | set(held))]}
+            "curve": _curve_rows(_train_rewards(state["log_history"]), {0: _subset_mean(start, curve_keys)}, points)}
 
 
 def _subset_mean(res: dict[str, Any], keys: list[str]) -> float:
@@ -401,8 +396,13 @@ def make_curve(folder: Path, start: dict[str, Any], end: dict[str, Any], points:
                curve_keys: list[str], steps: int) -> list[dict[str, Any]]:
     """{step, train_reward, held_out_reward} per step: held-out at 0 (the SFT policy), every N, and the end
     (all on the same ``curve_keys`` sessions)."""
-    held = {0: _subset_mean(start, curve_keys), steps: _subset_mean(end, curve_keys), **{int(p["step"]): round(p["held_out_reward"], 4) for p in points}}
-    train = train_curve(folder)
+    ends = {0: _subset_mean(start, curve_keys), steps: _subset_mean(end, curve_keys)}
+    return _curve_rows(train_curve(folder), ends, points)
+
+
+def _curve_rows(train: dict[int, float], held: dict[int, float], points: list[dict[str, float]]):
+    """The curve's rows: train reward per step, held-out reward at ``held``'s steps and the callback's points."""
+    held = {**held, **{int(p["step"]): round(p["held_out_reward"], 4) for p in points}}
     return [{"step": s, "train_reward": train.get(s), "held_out_reward": held.get(s)}
             for s in sorted(set(train) | set(held))]
 
@@ -520,7 +520,6 @@ def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
                 partial = run_progress(folder, stage, seed, sft_res, evaluate.keys[:a.curve_sessions], a.rl_steps)
                 if partial:
                     progress.append(partial)
-                    publish()
                 continue
             from train.curve_callback import CurveCallback  # subclasses transformers' TrainerCallback
 
@@ -536,6 +535,8 @@ def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
             if stage == "adrpo" and seed == a.seeds[0] and not a.report_only:  # a report ships nothing new
                 export_adapter(a, stage, policy, _scores(rows[-1]), argv)
             publish()
+    if progress:
+        publish()
     return rows
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from membuilder.ops import AGENTS
+from memgym_env.interactive.run_files import write_json
 from train.bootstrap import bootstrap_ci, separated
 
 STAGES = ("base", "sft", "grpo", "adrpo")
@@ -202,8 +203,7 @@ def write_results(a, rows: list[dict[str, Any]], seconds: float, argv: list[str]
     tmp.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
     os.replace(tmp, paths["json"])
     if progress:
-        tmp.write_text(json.dumps(list(progress), indent=1) + "\n", encoding="utf-8")
-        os.replace(tmp, paths["progress"])
+        write_json(paths["progress"], list(progress))
     else:
         paths["progress"].unlink(missing_ok=True)  # every run finished: nothing is in progress
     cmd = "python train/ladder.py " + " ".join(argv)
