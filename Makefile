@@ -82,9 +82,10 @@ acceptance: setup
 peers: setup
 	$(PY) bench/peers_side_by_side.py
 
-# base -> SFT -> SFT+GRPO / SFT+ADRPO on held-out users; about an hour on 2 CPU cores.
-ladder: setup
-	$(PY) train/ladder.py --config configs/train/ladder_smollm2_cpu.yaml
+# base -> SFT -> SFT+ADRPO / SFT+GRPO on held-out users (README: hours on 2 CPU cores, resumable).
+# It runs in .venv-vllm: the RL rollouts come from vLLM's CPU engine (rl_engine: vllm).
+ladder: setup-vllm
+	$(PY_VLLM) train/ladder.py --config configs/train/ladder_smollm2_cpu.yaml
 
 lint: setup
 	$(PY) -m ruff check membuilder memgym_env train tests bench

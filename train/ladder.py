@@ -82,6 +82,9 @@ class LadderArgs:
         "help": "RL checkpoint every N steps; a stopped ladder resumes a run from its last checkpoint."})
     rl_rollout_log: bool = field(default=True, metadata={
         "help": "Write every scored RL completion (text, reward, weight, advantage) to <run>/rollouts.0.jsonl."})
+    rl_engine: str = field(default="vllm", metadata={
+        "help": "What generates the RL rollouts: 'transformers' (the trainer's own model) or 'vllm' (vLLM's CPU engine "
+                "colocated in the trainer, weights synced after every update; run the ladder from .venv-vllm)."})
     rl_generations: int = field(default=8, metadata={"help": "G, completions per agent prompt."})
     rl_temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of the rollouts."})
     rl_learning_rate: float = field(default=1e-4, metadata={"help": "ADRPO/GRPO learning rate (LoRA)."})
@@ -92,7 +95,7 @@ class LadderArgs:
                 "oracle outputs would be)."})
     eval_batch_size: int = field(default=16, metadata={"help": "Prompts generated together."})
     max_prompt_tokens: int = field(default=384, metadata={"help": "Prompt budget (memory view cut first), SFT and RL."})
-    curve_every: int = field(default=5, metadata={"help": "Held-out reward every N RL steps (0: only at the end)."})
+    curve_every: int = field(default=10, metadata={"help": "Held-out reward every N RL steps (0: only at the end)."})
     curve_sessions: int = field(default=12, metadata={"help": "Held-out sessions of each curve point."})
     choice_answerer: str | None = field(default=None, metadata={
         "help": "Answerer of choice-mode scoring (None: evidence mode only; choice mode costs model calls)."})
@@ -108,6 +111,8 @@ class LadderArgs:
     results_dir: str = field(default="results", metadata={"help": "Where ladder.json/.md/.png go."})
 
     def __post_init__(self) -> None:
+        if self.rl_engine not in ("transformers", "vllm"):
+            raise ValueError(f"rl_engine {self.rl_engine!r}: use 'transformers' or 'vllm'")
         for name in ("env_overrides", "memory_score_world"):
             value = getattr(self, name)
             if isinstance(value, str):
@@ -199,7 +204,13 @@ def rl_argv(a: LadderArgs, seed: int, start: str, alpha: float, folder: Path) ->
         "--gradient_accumulation_steps", "4", "--temperature", str(a.rl_temperature), "--top_p", "1.0",
         "--max_completion_length", str(a.max_completion_tokens),
         "--learning_rate", str(a.rl_learning_rate), "--save_strategy", "steps", "--save_steps", str(a.rl_save_steps),
-        "--save_total_limit", "1", *(["--rollout_log", str(folder / "rollouts")] if a.rl_rollout_log else [])]
+        "--save_total_limit", "1", *(["--rollout_log", str(folder / "rollouts")] if a.rl_rollout_log else []),
+        *(_VLLM_ROLLOUTS if a.rl_engine == "vllm" else [])]
+
+
+# Colocated: the engine shares the trainer's process and its CPU cores; server mode cannot send weights on a CPU.
+# The engine's context holds the ladder's longest prompt plus its longest output with room to spare.
+_VLLM_ROLLOUTS = ["--use_vllm", "true", "--vllm_mode", "colocate", "--vllm_max_model_length", "2048"]
 
 
 class Evaluator:
