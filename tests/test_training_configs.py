@@ -94,8 +94,12 @@ def test_ladder_defaults_equal_its_yaml_and_its_stages_build(tiny_chat_path, tmp
     evaluate = ladder.Evaluator(parsed, tmp_path)
     assert len(evaluate.keys) == len(parse_users(parsed.held_out_users)) >= 8
     assert set(evaluate.scorers) == {"evidence", "choice"}
-    # the GRPO stage as the ladder starts it, from a tiny model, one session per user
+    # the GRPO stage as the ladder starts it, from a tiny model, one session per user; its rollouts come from
+    # vLLM (tests/engine_vllm runs that engine), switched off here, where the default virtualenv has none
     argv = ladder.rl_argv(parsed, 0, tiny_chat_path, 1.0, tmp_path)
+    assert " ".join(argv).endswith("--use_vllm true --vllm_mode colocate --vllm_max_model_length 2048")
+    parsed.rl_engine = "transformers"
+    assert ladder.rl_argv(parsed, 0, tiny_chat_path, 1.0, tmp_path) == argv[:-6]
     trainer, *_ = adrpo.build([*argv, "--max_completion_length", "8", *CPU])
     assert trainer.session_reward.scorer.config.alpha == 1.0
     args = trainer.args

@@ -84,3 +84,27 @@ def test_a_run_continuing_a_lora_adapter_starts_its_engine_from_the_base_and_syn
     assert trainer._last_loaded_step == 0  # synced before the first rollout
     steps = [h for h in trainer.state.log_history if "reward/task" in h]
     assert len(steps) == 1 and steps[0]["completions/mean_length"] > 0
+
+
+def test_the_ladders_rl_runs_follow_one_another_in_one_process_each_with_its_own_engine(tmp_path, monkeypatch):
+    """make ladder trains its RL runs one after the other in one process, each with a colocated engine,
+    as ``train.ladder.rl_argv`` (rl_engine: vllm) starts them from the SFT adapter."""
+    import gc
+
+    from train import ladder
+    from train.adrpo import build
+
+    monkeypatch.chdir(ROOT)
+    a = ladder.LadderArgs(rl_generations=2, max_completion_tokens=16)
+    assert a.rl_engine == "vllm"
+    for run, alpha in (("adrpo", 4.0), ("grpo", 1.0)):
+        argv = ladder.rl_argv(a, 0, "membuilder/policies/smollm2-135m-memgym", alpha, tmp_path / run)
+        trainer, _, _ = build([*argv, "--max_steps", "1", "--users", "0", "--max_sessions_per_user", "1",
+                               "--save_strategy", "no", "--logging_steps", "1", "--vllm_max_model_length", "1024"])
+        assert trainer.vllm_generation.mode == "colocate"
+        assert trainer.session_reward.scorer.config.alpha == alpha
+        trainer.train()
+        steps = [h for h in trainer.state.log_history if "reward/task" in h]
+        assert len(steps) == 1 and steps[0]["completions/mean_length"] > 0, run
+        del trainer, steps
+        gc.collect()
