@@ -52,12 +52,14 @@ DEFAULT_RUNS = "hf-fp32,vllm"
 SHIPPED_ADAPTER = "membuilder/policies/smollm2-135m-memgym"
 
 
-def recipe_argv(recipe: str, config: str, out: str) -> list[str]:
+def recipe_argv(recipe: str, engine: str, out: str) -> list[str]:
+    config = RUNS[engine][0]
     if recipe == "cpu":
         return ["--config", config]
     from train.ladder import LadderArgs, rl_argv
 
-    return rl_argv(LadderArgs(adrpo_config=config), 0, SHIPPED_ADAPTER, 4.0, Path(out))
+    ladder = LadderArgs(adrpo_config=config, rl_engine="vllm" if engine == "vllm" else "transformers")
+    return rl_argv(ladder, 0, SHIPPED_ADAPTER, 4.0, Path(out))
 
 
 def measure(engine: str, steps: int, recipe: str = "cpu") -> dict:
@@ -70,7 +72,7 @@ def measure(engine: str, steps: int, recipe: str = "cpu") -> dict:
     config, extra = RUNS[engine]
     out = tempfile.mkdtemp(prefix=f"adrpo-step-{engine}-")
     started = time.perf_counter()
-    trainer, _, _ = build([*recipe_argv(recipe, config, out), *extra, "--max_steps", str(steps),
+    trainer, _, _ = build([*recipe_argv(recipe, engine, out), *extra, "--max_steps", str(steps),
                            "--save_strategy", "no", "--logging_steps", "1", "--output_dir", out])
     build_s = time.perf_counter() - started
     trainer.train()

@@ -118,3 +118,18 @@ def test_vllm_config_without_vllm_fails_at_start_with_the_fix():
     with pytest.raises(SystemExit, match="use_vllm: false"):
         require_vllm(True)
     require_vllm(False)
+
+
+def test_the_rl_step_benchmark_runs_the_ladders_step_on_each_engine_as_named(monkeypatch, tmp_path):
+    """bench/adrpo_step.py --recipe ladder: the transformers engines generate with the trainer, vllm with the engine."""
+    import sys
+
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    sys.modules.pop("adrpo_step", None)
+    import adrpo_step
+
+    for engine in ("hf-fp32", "hf-bf16", "vllm"):
+        argv = adrpo_step.recipe_argv("ladder", engine, str(tmp_path))
+        assert ("--use_vllm" in argv) == (engine == "vllm"), engine
+        assert argv[argv.index("--num_generations") + 1] == "8"
+    assert adrpo_step.recipe_argv("cpu", "vllm", str(tmp_path)) == ["--config", "configs/train/adrpo_smollm2_cpu_vllm.yaml"]

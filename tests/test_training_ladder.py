@@ -29,6 +29,9 @@ def _argv(tiny_path, tmp_path):
             "--sft_sessions_per_user", "1", "--rl_sessions_per_user", "1", "--eval_sessions_per_user", "3",
             "--seeds", "0", "1", "--rl_steps", "2", "--rl_generations", "2", "--curve_every", "1",
             "--curve_sessions", "2", "--max_completion_tokens", "8",
+            # the trainer's own generation: vLLM cannot load the tiny model, and tests/engine_vllm runs the ladder's
+            # RL stage with the engine
+            "--rl_engine", "transformers",
             "--memory_score_world", '{"num_users": 1, "num_periods": 0, "seed": 7}',
             "--adapter_out", str(tmp_path / "shipped"),
             "--work_dir", str(tmp_path / "work"), "--results_dir", str(tmp_path / "results")]
