@@ -21,12 +21,15 @@ from membuilder.llm.server import ModelServer
 pytestmark = pytest.mark.slow
 
 SHORT = Sampling(max_new_tokens=8)
+# The server batches concurrent requests its own way, so the remote-equals-local checks need a
+# batch-invariant model: float32 (see tests/llm_models.py).
+EXACT = "float32"
 HELLO = [{"role": "user", "content": "Say hello."}]
 
 
 @pytest.fixture(scope="module")
 def server(embedder):
-    srv = ModelServer(smollm2(), embedder, port=0, chat_name="smollm2-135m", embedder_name="minilm").start()
+    srv = ModelServer(smollm2(EXACT), embedder, port=0, chat_name="smollm2-135m", embedder_name="minilm").start()
     yield srv
     srv.stop()
 
@@ -43,7 +46,7 @@ def test_models_lists_chat_model_and_embedder(server):
 
 def test_chat_over_http_matches_the_local_model(client):
     (remote,) = client.generate([HELLO], SHORT)
-    (local,) = smollm2().generate([HELLO], SHORT)
+    (local,) = smollm2(EXACT).generate([HELLO], SHORT)
     assert remote.text == local.text
     assert remote.prompt_tokens == local.prompt_tokens and remote.completion_tokens == local.completion_tokens
 
@@ -53,7 +56,7 @@ def test_concurrent_conversations_and_n_keep_conversation_major_order(client):
     out = client.generate(convs, Sampling(max_new_tokens=6, n=2))
     assert len(out) == 6
     assert out[0].text == out[1].text  # greedy: both samples of a conversation agree
-    local = smollm2().generate(convs, Sampling(max_new_tokens=6))
+    local = smollm2(EXACT).generate(convs, Sampling(max_new_tokens=6))
     assert [out[2 * i].text for i in range(3)] == [c.text for c in local]
 
 
@@ -74,13 +77,13 @@ def test_json_schema_falls_back_when_the_server_cannot_constrain(server):
 def test_choice_logprobs_over_http_match_local_scores(client):
     conv = [{"role": "user", "content": "What is the capital of France? One word."}]
     remote = client.choice_logprobs(conv, ["Paris", "Banana"])
-    local = smollm2().choice_logprobs(conv, ["Paris", "Banana"])
+    local = smollm2(EXACT).choice_logprobs(conv, ["Paris", "Banana"])
     assert remote == pytest.approx(local, abs=1e-3)
     assert remote[0] > remote[1]
 
 
 def test_count_tokens_uses_the_server_tokenizer(client):
-    assert client.count_tokens("hello world") == smollm2().count_tokens("hello world")
+    assert client.count_tokens("hello world") == smollm2(EXACT).count_tokens("hello world")
 
 
 def test_embeddings_over_http_equal_local_vectors(server, embedder):

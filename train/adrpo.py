@@ -22,7 +22,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from membuilder.training.checkpoints import save_policy
 from membuilder.training.format_scorer import FormatScorer
 from membuilder.training.prompts import rl_rows, token_counter
 from memgym_env.remote_scorer import RemoteScorer
@@ -38,6 +37,7 @@ from train.common import (  # noqa: E402
     parse_users,
     peft_from,
     require_vllm,
+    train_and_finish,
 )
 
 
@@ -125,10 +125,7 @@ def build(argv=None):
 
 def main(argv=None):
     trainer, script, tokenizer = build(argv)
-    trainer.train(resume_from_checkpoint=trainer.args.resume_from_checkpoint)
-    if script.save_policy_to and trainer.accelerator.is_main_process:
-        print(save_policy(trainer.model, tokenizer, script.save_policy_to))
-    return trainer
+    return train_and_finish(trainer, script.save_policy_to, tokenizer)
 
 
 if __name__ == "__main__":

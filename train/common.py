@@ -18,6 +18,7 @@ from membuilder.llm.embedders import load_embedder
 from membuilder.llm.registry import resolve_chat_path
 from membuilder.llm.transformers_backend import cpu_bf16_is_fast
 from membuilder.memory import EmbeddingCache
+from membuilder.training.checkpoints import save_policy
 from membuilder.training.sft import lora_config
 from membuilder.training.trajectories import write_jsonl
 from memgym_env.benchmarks.runner import EvalConfig
@@ -103,6 +104,21 @@ def add_benchmark_eval(trainer, script: BenchmarkEvalArgs):
     callback = BenchmarkEvalCallback(config, every_n_steps=script.benchmark_eval_steps, policy_roles=roles)
     trainer.add_callback(callback)
     return callback.attach(trainer)
+
+
+def train_and_finish(trainer, save_policy_to: str | None, tokenizer):
+    """Train (resuming when asked), write the policy from the main process, then leave together.
+
+    Every process waits for the save, and the process group is torn down before the interpreter
+    exits: a gloo worker that exits with its group alive can abort in C++ teardown ("terminate
+    called without an active exception", SIGABRT) after a run that trained fine.
+    """
+    trainer.train(resume_from_checkpoint=trainer.args.resume_from_checkpoint)
+    if save_policy_to and trainer.accelerator.is_main_process:
+        print(save_policy(trainer.model, tokenizer, save_policy_to))
+    trainer.accelerator.wait_for_everyone()
+    trainer.accelerator.end_training()
+    return trainer
 
 
 def parse_users(spec: str) -> list[int]:

@@ -20,7 +20,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from membuilder.llm import load_chat_model
 from membuilder.llm.embedders import load_embedder
 from membuilder.memory.bank import MemoryBank
-from membuilder.training.checkpoints import save_policy
 from membuilder.training.prompts import token_counter
 from membuilder.training.sft import build_sft_trainer
 from membuilder.training.trajectories import (
@@ -41,6 +40,7 @@ from train.common import (  # noqa: E402
     load_policy,
     parse_users,
     peft_from,
+    train_and_finish,
 )
 
 
@@ -101,10 +101,7 @@ def build(argv=None):
 
 def main(argv=None):
     trainer, script, tokenizer = build(argv)
-    trainer.train(resume_from_checkpoint=trainer.args.resume_from_checkpoint)
-    if script.save_policy_to and trainer.accelerator.is_main_process:
-        print(save_policy(trainer.model, tokenizer, script.save_policy_to))
-    return trainer
+    return train_and_finish(trainer, script.save_policy_to, tokenizer)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,10 @@ Conversations are rendered with the tokenizer's chat template, left-padded and g
 micro-batches, so one call with many conversations costs far less than many
 calls with one.
 
-Determinism: greedy decoding (temperature 0) gives the same text on every call. Sampling with a
+Determinism: greedy decoding (temperature 0) gives the same text on every call with the same
+conversations. In float32 a conversation's greedy text does not depend on what else shares its
+batch; in bfloat16 it can (padding changes rounding, and a near tie then goes the other way), so
+compare runs that batch alike, or pin ``dtype="float32"``. Sampling with a
 ``seed`` is reproducible for the same batch: the seed fixes torch's generator for that call
 (inside ``torch.random.fork_rng``, so the caller's global random state is left alone).
 """
