@@ -89,6 +89,7 @@ def test_ladder_defaults_equal_its_yaml_and_its_stages_build(tiny_chat_path, tmp
     assert {f.name: getattr(defaults, f.name) for f in fields(defaults)} == {
         f.name: getattr(parsed, f.name) for f in fields(parsed)}
     assert not set(parse_users(parsed.train_users)) & set(parse_users(parsed.held_out_users))
+    assert (parsed.rl_engine, parsed.eval_engine) == ("vllm", "vllm")  # the ladder runs from .venv-vllm
     parsed.choice_answerer = tiny_chat_path
     parsed.eval_sessions_per_user = 1
     evaluate = ladder.Evaluator(parsed, tmp_path)

@@ -31,7 +31,7 @@ def _argv(tiny_path, tmp_path):
             "--curve_sessions", "2", "--max_completion_tokens", "8",
             # the trainer's own generation: vLLM cannot load the tiny model, and tests/engine_vllm runs the ladder's
             # RL stage with the engine
-            "--rl_engine", "transformers",
+            "--rl_engine", "transformers", "--eval_engine", "transformers",
             "--memory_score_world", '{"num_users": 1, "num_periods": 0, "seed": 7}',
             "--adapter_out", str(tmp_path / "shipped"),
             "--work_dir", str(tmp_path / "work"), "--results_dir", str(tmp_path / "results")]
@@ -59,7 +59,7 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
     # the interactive memory score ran the MemBuilder assistant once per stage (a random tiny model's
     # score is mostly undefined: its upper bound is no better than chance)
     for label in ("base", "sft", "adrpo seed 0", "grpo seed 1"):
-        results = json.loads((tmp_path / "work" / "interactive" / label / "results.json").read_text())
+        results = json.loads((tmp_path / "work" / "interactive" / f"{label}.transformers" / "results.json").read_text())
         assert results["assistant"] == "membuilder" and len(results["users"]) == 1
     for r in saved:
         if r["stage"] in ("grpo", "adrpo"):
@@ -304,6 +304,13 @@ def test_a_work_folder_resumes_only_under_the_settings_that_made_it(tiny_path, t
     ladder.check_work_dir(args(), work)
     assert json.loads((work / "settings.json").read_text())["eval_sessions_per_user"] == 3
     ladder.check_work_dir(args("--adapter_out", str(tmp_path / "elsewhere"), "--seeds", "0", "1", "2"), work)
+    # another evaluation engine resumes the folder: its evaluations are cached apart
+    vllm_args = args("--eval_engine", "vllm")
+    ladder.check_work_dir(vllm_args, work)
+    assert {ladder.Evaluator(a, work).cache("sft").name for a in (args(), vllm_args)} == {
+        "sft.transformers.json", "sft.vllm.json"}
+    with pytest.raises(ValueError, match="eval_engine 'cuda'"):
+        args("--eval_engine", "cuda")
     with pytest.raises(SystemExit, match=r"eval_sessions_per_user 3 -> 6\..*another work_dir"):
         ladder.check_work_dir(args("--eval_sessions_per_user", "6"), work)
     env.write_text(env.read_text() + "\n# edited\n")

@@ -85,6 +85,10 @@ class LadderArgs:
     rl_engine: str = field(default="vllm", metadata={
         "help": "What generates the RL rollouts: 'transformers' (the trainer's own model) or 'vllm' (vLLM's CPU engine "
                 "colocated in the trainer, weights synced after every update; run the ladder from .venv-vllm)."})
+    eval_engine: str = field(default="vllm", metadata={
+        "help": "What generates the stage evaluations (held-out sessions and the memory score's writer and answerer): "
+                "'transformers' or 'vllm' (vLLM's CPU engine; run the ladder from .venv-vllm). Their caches are kept "
+                "per engine. The curve points taken during RL come from the trainer's own model either way."})
     rl_generations: int = field(default=8, metadata={"help": "G, completions per agent prompt."})
     rl_temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of the rollouts."})
     rl_learning_rate: float = field(default=1e-4, metadata={"help": "ADRPO/GRPO learning rate (LoRA)."})
@@ -113,6 +117,8 @@ class LadderArgs:
     def __post_init__(self) -> None:
         if self.rl_engine not in ("transformers", "vllm"):
             raise ValueError(f"rl_engine {self.rl_engine!r}: use 'transformers' or 'vllm'")
+        if self.eval_engine not in ("transformers", "vllm"):
+            raise ValueError(f"eval_engine {self.eval_engine!r}: use 'transformers' or 'vllm'")
         for name in ("env_overrides", "memory_score_world"):
             value = getattr(self, name)
             if isinstance(value, str):
@@ -241,21 +247,46 @@ class Evaluator:
         bar.close()
         return res
 
+    def chat_model(self, policy: str):
+        """The stage's policy as a ``ChatModel`` on ``eval_engine`` (a trained stage: its merged checkpoint)."""
+        from membuilder.llm import load_chat_model
+
+        path = _merged(policy)
+        if self.a.eval_engine == "vllm":
+            # the longest prompt plus the longest output, with room to spare
+            return load_chat_model(f"vllm:{path}", max_model_len=2048)
+        return load_chat_model(f"transformers:{path}")
+
     def __call__(self, policy: str, label: str) -> dict[str, Any]:
         # Evaluation trains nothing: the base may run in bfloat16 where the CPU has it.
         t0 = time.perf_counter()
-        model, tokenizer, _ = load_policy(policy, "auto", frozen_base=True)
-        res = self.generate(model, tokenizer, self.keys, label)
+        if self.a.eval_engine == "vllm":
+            from transformers import AutoTokenizer
+
+            from membuilder.llm.registry import resolve_chat_path
+
+            model = self.chat_model(policy)  # the tokenizer measures prompts exactly as RL's trainer does
+            tokenizer = AutoTokenizer.from_pretrained(resolve_chat_path(_merged(policy)))
+            res = self.generate(model, tokenizer, self.keys, label)
+            model.close()
+        else:
+            model, tokenizer, _ = load_policy(policy, "auto", frozen_base=True)
+            res = self.generate(model, tokenizer, self.keys, label)
         del model
         gc.collect()
+        res["engine"] = self.a.eval_engine
         res["reward_ci"] = {name: bootstrap_ci(v) for name, v in res["session_rewards"].items()}
         res["eval_seconds"] = round(time.perf_counter() - t0, 1)
         return res
 
     def cached(self, policy: str, label: str, name: str) -> dict[str, Any]:
         """Held-out generation and the memory score of one stage, each cached on its own."""
-        res = _cached(self.work / "eval" / f"{name}.json", lambda: self(policy, label))
-        return {**res, **_cached(self.work / "eval" / f"{name}-memory.json", lambda: self.memory_score(policy, label))}
+        res = _cached(self.cache(name), lambda: self(policy, label))
+        return {**res, **_cached(self.cache(f"{name}-memory"), lambda: self.memory_score(policy, label))}
+
+    def cache(self, name: str) -> Path:
+        """A stage evaluation's cache file: one per engine, so a work folder can change engines."""
+        return self.work / "eval" / f"{name}.{self.a.eval_engine}.json"
 
     def world(self) -> Path:
         """The interactive memory score's world, generated once into the work folder."""
@@ -273,21 +304,26 @@ class Evaluator:
         """MemoryGym-Interactive-v0's MemBuilder assistant writing memory with ``policy``."""
         if not self.a.memory_score_world:
             return {"memory_score": None, "memory_score_ci": None}
-        from membuilder.llm import load_chat_model
         from memgym_env.interactive.runner import RunConfig, evaluate_one, load_run_models
         from memgym_env.world.data_json import read_world
 
         t0 = time.perf_counter()
         world_path = self.world()
         trained = Path(policy).exists()
-        # The stage's policy writes the memory; the untrained model answers, as in `memgym evaluate`.
-        cfg = RunConfig(world=str(world_path), assistant="membuilder", out=str(self.work / "interactive" / label),
-                        model=self.a.model_name_or_path, policy_model=_merged(policy) if trained else policy,
-                        factual_recall=False)
+        # The stage's policy writes the memory; the untrained model answers, as in `memgym evaluate`. Both run
+        # on eval_engine, named outright: a short model name would pick vLLM wherever it is installed.
+        engine = self.a.eval_engine
+        cfg = RunConfig(world=str(world_path), assistant="membuilder",
+                        out=str(self.work / "interactive" / f"{label}.{engine}"),
+                        model=f"{engine}:{self.a.model_name_or_path}",
+                        policy_model=_merged(policy) if trained else policy, factual_recall=False)
         model, embedder, _ = load_run_models([cfg])
-        constructor = load_chat_model(_merged(policy)) if trained else model
+        constructor = self.chat_model(policy) if trained else model
         results = evaluate_one(cfg, read_world(world_path), model, embedder, {}, constructor=constructor)
         cells = [v for row in results["per_user"]["memory_score"] for v in row]
+        for m in {id(model): model, id(constructor): constructor}.values():
+            if hasattr(m, "close"):
+                m.close()
         del model, embedder, constructor
         gc.collect()
         score = results["overall"]["memory_score"]
@@ -332,10 +368,10 @@ def _merged(policy: str) -> str:
     return str(p.parent / "merged") if (p / "adapter_config.json").exists() else policy
 
 
-def _finished(work: Path, folder: Path, name: str) -> bool:
-    """Whether a stage has its trained adapter and both of its cached evaluations."""
+def _finished(evaluate: Evaluator, folder: Path, name: str) -> bool:
+    """Whether a stage has its trained adapter and both of its cached evaluations (on the ladder's engine)."""
     return ((folder / "policy" / "adapter" / "adapter_config.json").exists()
-            and all((work / "eval" / f"{name}{part}.json").exists() for part in ("", "-memory")))
+            and all(evaluate.cache(f"{name}{part}").exists() for part in ("", "-memory")))
 
 
 def _train_seconds(folder: Path, elapsed: float) -> float:
@@ -462,8 +498,9 @@ def _scores(r: dict[str, Any]) -> dict[str, Any]:
 
 
 # Settings a work folder's stages and caches do not depend on: they may change between sittings.
+# eval_engine is free because the evaluation caches are named by engine.
 FREE_SETTINGS = ("report_only", "results_dir", "work_dir", "adapter_out", "seeds", "rl_save_steps", "sft_save_steps",
-                 "rl_rollout_log")
+                 "rl_rollout_log", "eval_engine")
 
 
 def work_settings(a: LadderArgs) -> dict[str, Any]:
@@ -510,8 +547,8 @@ def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
         (work / "timings.json").write_text(json.dumps(timings, indent=1), encoding="utf-8")
         write_results(a, rows, time.perf_counter() - t_start, argv, timings, oracle, progress)
 
-    base_done = all((work / "eval" / f"base{part}.json").exists() for part in ("", "-memory"))
-    if a.report_only and not (base_done and _finished(work, work / "sft", "sft")):
+    base_done = all(evaluate.cache(f"base{part}").exists() for part in ("", "-memory"))
+    if a.report_only and not (base_done and _finished(evaluate, work / "sft", "sft")):
         raise FileNotFoundError(f"report_only: {work} holds no finished SFT stage to report (run the ladder first)")
     base = evaluate.cached(a.model_name_or_path, "base", "base")
     rows.append(row("base", a.sft_seed, base, evaluate.users, None))
@@ -527,7 +564,7 @@ def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
     for seed in a.seeds:
         for stage, alpha in (("adrpo", a.adrpo_alpha), ("grpo", 1.0)):
             folder = work / f"seed{seed}" / stage
-            if a.report_only and not _finished(work, folder, f"{stage}-{seed}"):
+            if a.report_only and not _finished(evaluate, folder, f"{stage}-{seed}"):
                 partial = run_progress(folder, stage, seed, sft_res, evaluate.keys[:a.curve_sessions], a.rl_steps)
                 if partial:
                     progress.append(partial)

@@ -54,11 +54,34 @@ def generate_greedy(model, tokenizer, prompts: Sequence[list[dict[str, str]]], m
     return [by_index[i] for i in range(len(prompts))]
 
 
+def generate_greedy_chat(chat, prompts: Sequence[list[dict[str, str]]], max_new_tokens: int = 256,
+                         progress: Callable[[int], None] | None = None, cut: list[bool] | None = None) -> list[str]:
+    """``generate_greedy`` through a ``ChatModel`` of any backend, in one call: vLLM's engine
+    schedules all prompts itself (continuous batching), the transformers backend in its own batches.
+
+    ``cut`` receives per prompt whether its output stopped at ``max_new_tokens``."""
+    from membuilder.llm.base import Sampling
+
+    replies = chat.generate(list(prompts), Sampling(temperature=0.0, max_new_tokens=max_new_tokens))
+    if progress:
+        progress(len(replies))
+    if cut is not None:
+        cut[:] = [r.finish_reason == "length" for r in replies]
+    return [r.text for r in replies]
+
+
+def _is_chat_model(model) -> bool:
+    """A ``ChatModel`` (generates from conversations) rather than a transformers causal LM."""
+    return callable(getattr(model, "count_tokens", None))
+
+
 def evaluate_policy(model, tokenizer, scorers: Mapping[str, CandidateScorer], session_keys: Sequence[str] | None = None,
                     *, max_new_tokens: int = 256, max_prompt_tokens: int | None = None, batch_size: int = 8,
                     progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Validity per agent and mean session reward per scorer, on ``session_keys`` (default: all).
 
+    ``model`` is a transformers causal LM (generated here, ``batch_size`` prompts at a time) or a
+    ``ChatModel`` of any backend (e.g. vLLM's engine); ``tokenizer`` measures the prompts either way.
     Every scorer must know the same sessions; the first one renders the observations.
     Returns ``{"valid_rate": {agent: share}, "cut_rate": {agent: share of outputs cut at the token
     limit}, "reward": {name: mean r}, "task_reward": {name: mean}, "session_rewards": {name: [r per
@@ -77,7 +100,10 @@ def evaluate_policy(model, tokenizer, scorers: Mapping[str, CandidateScorer], se
             prompts.append(fit_prompt(agent, obs, count, max_prompt_tokens))
             slots.append((key, agent))
     cut: list[bool] = []
-    texts = generate_greedy(model, tokenizer, prompts, max_new_tokens, batch_size, progress, cut=cut)
+    if _is_chat_model(model):
+        texts = generate_greedy_chat(model, prompts, max_new_tokens, progress, cut=cut)
+    else:
+        texts = generate_greedy(model, tokenizer, prompts, max_new_tokens, batch_size, progress, cut=cut)
     outputs: dict[str, dict[str, str]] = defaultdict(dict)
     was_cut: dict[str, dict[str, bool]] = defaultdict(dict)
     for (key, agent), text, c in zip(slots, texts, cut, strict=True):
