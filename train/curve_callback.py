@@ -12,7 +12,8 @@ from memgym_env.interactive.run_files import write_json
 
 class CurveCallback(TrainerCallback):
     """Held-out evidence reward on the first ``sessions`` held-out sessions every ``every`` optimizer
-    steps, greedy; the final step is left to the stage's full evaluation."""
+    steps, greedy, from the trainer's vLLM engine where the ladder evaluates on vLLM and the trainer has
+    one, else from the trainer's model; the final step is left to the stage's full evaluation."""
 
     def __init__(self, evaluator, every: int, sessions: int, label: str, path: Path | None = None):
         self.evaluator, self.every, self.label, self.path = evaluator, every, label, path
@@ -21,16 +22,35 @@ class CurveCallback(TrainerCallback):
         self.points: list[dict[str, float]] = (json.loads(path.read_text(encoding="utf-8"))
                                                if path is not None and path.exists() else [])
 
+        self.trainer = None
+
+    def attach(self, trainer) -> None:
+        """The trainer whose colocated vLLM engine (if it has one) generates the curve points."""
+        self.trainer = trainer
+
+    def _engine_model(self):
+        """The trainer's own vLLM engine as a ChatModel, its weights synced to this step's policy, when the
+        ladder evaluates on vLLM: the curve's points then come from the engine its stage evaluations use."""
+        generation = getattr(self.trainer, "vllm_generation", None)
+        if self.evaluator.a.eval_engine != "vllm" or getattr(generation, "llm", None) is None:
+            return None
+        from membuilder.llm.vllm_backend import VLLMChatModel
+
+        generation.sync_weights()
+        return VLLMChatModel.from_engine(generation.llm)
+
     def on_step_end(self, args, state, control, model=None, processing_class=None, **kw):
         if not self.every or state.global_step % self.every or state.global_step >= state.max_steps:
             return
         was_training = model.training
         scorers = {"evidence": self.evaluator.scorers["evidence"]}
-        res = self.evaluator.generate(model, processing_class, self.keys, f"{self.label} step {state.global_step}",
+        generator = self._engine_model() or model
+        res = self.evaluator.generate(generator, processing_class, self.keys, f"{self.label} step {state.global_step}",
                                       scorers)
         if was_training:
             model.train()
-        point = {"step": state.global_step, "held_out_reward": res["reward"]["evidence"]}
+        point = {"step": state.global_step, "held_out_reward": res["reward"]["evidence"],
+                 "engine": "transformers" if generator is model else "vllm"}
         # a step redone after a resume replaces the point its first sitting measured
         self.points = [p for p in self.points if p["step"] != point["step"]] + [point]
         if self.path is not None:

@@ -184,6 +184,8 @@ def _train_resumable(folder: Path, build, callbacks) -> str:
     trainer, _, tokenizer = build()
     for callback in (StageClock(folder, last), *callbacks):
         trainer.add_callback(callback)
+        if hasattr(callback, "attach"):  # a callback that generates with the trainer's own engine
+            callback.attach(trainer)
     if last:
         print(f"{folder}: resuming from {last}")
     trainer.train(resume_from_checkpoint=last)

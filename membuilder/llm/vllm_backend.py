@@ -105,9 +105,28 @@ class VLLMChatModel:
         self.tokenizer = self.llm.get_tokenizer()
         if self.dtype == "auto":
             self.dtype = str(self.llm.llm_engine.model_config.dtype).replace("torch.", "")
+        self._owns_engine = True
+
+    @classmethod
+    def from_engine(cls, llm, name: str | None = None) -> VLLMChatModel:
+        """A ``ChatModel`` over an engine that something else built and owns, such as the engine TRL
+        colocates in a trainer (whose weights the trainer syncs); ``close`` leaves it running."""
+        self = cls.__new__(cls)
+        self._vllm = _import_vllm()
+        from vllm.platforms import current_platform
+
+        config = llm.llm_engine.model_config
+        self.llm, self.tokenizer, self.ledger = llm, llm.get_tokenizer(), UsageLedger()
+        self.name = name or config.model
+        self.device = "cpu" if current_platform.is_cpu() else "cuda"
+        self.dtype = str(config.dtype).replace("torch.", "")
+        self.chat_template_kwargs, self.load_seconds, self._owns_engine = {}, 0.0, False
+        return self
 
     def close(self) -> None:
         """Stop the engine's processes now rather than at interpreter exit (their workers poll)."""
+        if not self._owns_engine:
+            return
         core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
         if core is not None and hasattr(core, "shutdown"):
             core.shutdown()

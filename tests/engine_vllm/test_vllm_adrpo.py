@@ -106,5 +106,20 @@ def test_the_ladders_rl_runs_follow_one_another_in_one_process_each_with_its_own
         trainer.train()
         steps = [h for h in trainer.state.log_history if "reward/task" in h]
         assert len(steps) == 1 and steps[0]["completions/mean_length"] > 0, run
+        if run == "adrpo":  # a curve point, as the ladder takes one mid-run, from the trainer's own engine
+            from transformers import TrainerState
+
+            from train.curve_callback import CurveCallback
+
+            evaluator = ladder.Evaluator(ladder.LadderArgs(held_out_users="8", eval_sessions_per_user=1,
+                                                           max_completion_tokens=16), tmp_path / "work")
+            curve = CurveCallback(evaluator, every=1, sessions=1, label=run)
+            curve.attach(trainer)
+            mode = trainer.model.training
+            curve.on_step_end(trainer.args, TrainerState(global_step=1, max_steps=2), None, model=trainer.model,
+                              processing_class=trainer.processing_class)
+            (point,) = curve.points
+            assert point["engine"] == "vllm" and point["step"] == 1 and 0.0 <= point["held_out_reward"] <= 1.0
+            assert trainer.model.training == mode
         del trainer, steps
         gc.collect()
