@@ -66,11 +66,13 @@ bench: setup
 	$(PY) bench/longmemeval_read.py
 	$(PY) bench/remote_scoring.py
 
-# Engines against each other on whole jobs (about 40 minutes on 2 cores): an ADRPO step and the
-# answer stage of a 40-question LoCoMo eval, with transformers and (given .venv-vllm) vLLM.
+# Engines against each other on whole jobs (about an hour on 2 cores): an ADRPO step, the answer
+# stage of a 40-question LoCoMo eval and a ladder stage evaluation, with transformers and (given
+# .venv-vllm) vLLM.
 bench-engines: setup
 	$(PY) bench/adrpo_step.py
 	$(PY) bench/eval_answer_stage.py
+	$(PY) bench/ladder_eval.py
 
 # MemoryGym-Interactive-v0's acceptance run: six assistants, 2 users x 3 periods; about 11 minutes on 2 cores.
 acceptance: setup

@@ -134,3 +134,21 @@ def test_the_rl_step_benchmark_runs_the_ladders_step_on_each_engine_as_named(mon
         assert ("--use_vllm" in argv) == (engine == "vllm"), engine
         assert argv[argv.index("--num_generations") + 1] == "8"
     assert adrpo_step.recipe_argv("cpu", "vllm", str(tmp_path)) == ["--config", "configs/train/adrpo_smollm2_cpu_vllm.yaml"]
+
+
+def test_the_ladder_evaluation_benchmark_measures_a_stage_and_compares_engines(monkeypatch, tiny_chat_path):
+    """bench/ladder_eval.py's worker on the transformers engine (the ladder's held-out sessions, one per user)."""
+    import sys
+
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    sys.modules.pop("ladder_eval", None)
+    import ladder_eval
+
+    res = ladder_eval.measure("transformers", tiny_chat_path, memory=False, sessions_per_user=1)
+    assert res["sessions"] == len(parse_users(ladder.LadderArgs().held_out_users)) and res["eval_seconds"] > 0
+    assert res["memory_score"] is None
+    same = ladder_eval.agreement(res, res)
+    assert same["same_text_share"] == 1.0 and same["outputs"] == 4 * res["sessions"]
+    assert same["reward_difference"] == 0.0 and same["reward_difference_ci"] == [0.0, 0.0]
+    other = {**res, "session_rewards": [r + 0.5 for r in res["session_rewards"]]}
+    assert ladder_eval.agreement(res, other)["reward_difference"] == 0.5
