@@ -290,8 +290,10 @@ class ADRPOTrainer(GRPOTrainer):
         super().__init__(model=model, reward_funcs=funcs, args=args, train_dataset=train_dataset, **kwargs)
         self._rollout_batches = 0
         if args.use_vllm:
+            from membuilder.training.merged_weights import install_exact_lora_sync
             from membuilder.training.vllm_cpu_sync import install_cpu_weight_sync
 
+            install_exact_lora_sync(self.vllm_generation)  # every sync, CPU or CUDA, reads the weights through it
             install_cpu_weight_sync(self)
         local = args.per_device_train_batch_size * args.steps_per_generation
         if local % (len(AGENTS) * self.num_generations):

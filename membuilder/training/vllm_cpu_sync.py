@@ -4,8 +4,9 @@ TRL's colocate mode pushes each parameter into the engine with the model's ``loa
 vLLM's CPU linear layers repack their weights for oneDNN when the engine starts and leave an
 empty parameter behind, so that per-tensor push fails there ("'Parameter' object has no
 attribute 'weight_loader'"). vLLM's ``reload_weights`` instead runs the whole checkpoint-format
-load again, repacking included, from an iterator of (name, tensor) pairs; TRL's own iterator
-already yields the policy's weights under vLLM's names, with LoRA adapters merged in.
+load again, repacking included, from an iterator of (name, tensor) pairs: the generation's
+own iterator, which yields the policy's weights under vLLM's names with LoRA adapters merged in
+(``merged_weights``, installed by the ADRPO trainer, for a PEFT policy).
 
 Only the CPU path is changed: on CUDA, TRL's sync is left exactly as it is.
 """

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -103,9 +104,12 @@ def test_the_ladders_rl_runs_follow_one_another_in_one_process_each_with_its_own
                                "--save_strategy", "no", "--logging_steps", "1", "--vllm_max_model_length", "1024"])
         assert trainer.vllm_generation.mode == "colocate"
         assert trainer.session_reward.scorer.config.alpha == alpha
+        frozen = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if not p.requires_grad}
         trainer.train()
         steps = [h for h in trainer.state.log_history if "reward/task" in h]
         assert len(steps) == 1 and steps[0]["completions/mean_length"] > 0, run
+        # the sync sent the merged policy without merging into the bfloat16 base, which would round it
+        assert all(torch.equal(p, frozen[n]) for n, p in trainer.model.named_parameters() if n in frozen), run
         if run == "adrpo":  # a curve point, as the ladder takes one mid-run, from the trainer's own engine
             from transformers import TrainerState
 
