@@ -94,7 +94,10 @@ def test_option_logprobs_prefer_the_obvious_and_match_transformers(model):
     scores = model.choice_logprobs(conv, ["1", "2", "3"])
     assert len(scores) == 3 and all(s < 0 for s in scores) and scores.index(max(scores)) == 0
     batch = model.choice_logprobs_batch([conv, ask("Is water wet? 1. yes 2. no")], [["1", "2", "3"], ["1", "2"]])
-    assert batch[0] == pytest.approx(scores, abs=1e-6) and len(batch[1]) == 2
+    # Batched with another prompt, the same scores to bfloat16's precision (the engine's kernels block a
+    # batch differently, and on AMX that moved them by up to 0.08) and the same order.
+    assert batch[0] == pytest.approx(scores, abs=0.15) and len(batch[1]) == 2
+    assert sorted(range(3), key=lambda i: batch[0][i]) == sorted(range(3), key=lambda i: scores[i])
     multi = model.choice_logprobs(ask("Capital of France? One word."), ["Paris", "Banana split"])
     assert multi[0] > multi[1]
     # The same numbers as transformers in float32, to bfloat16's precision.
