@@ -21,7 +21,6 @@ class CurveCallback(TrainerCallback):
         # a resumed run keeps the points its earlier sittings measured
         self.points: list[dict[str, float]] = (json.loads(path.read_text(encoding="utf-8"))
                                                if path is not None and path.exists() else [])
-
         self.trainer = None
 
     def attach(self, trainer) -> None:

@@ -88,7 +88,8 @@ class LadderArgs:
     eval_engine: str = field(default="vllm", metadata={
         "help": "What generates the stage evaluations (held-out sessions and the memory score's writer and answerer): "
                 "'transformers' or 'vllm' (vLLM's CPU engine; run the ladder from .venv-vllm). Their caches are kept "
-                "per engine. The curve points taken during RL come from the trainer's own model either way."})
+                "per engine. The curve points taken during RL come from the trainer's own vLLM engine when it has one "
+                "and this is 'vllm', else from the trainer's model."})
     rl_generations: int = field(default=8, metadata={"help": "G, completions per agent prompt."})
     rl_temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of the rollouts."})
     rl_learning_rate: float = field(default=1e-4, metadata={"help": "ADRPO/GRPO learning rate (LoRA)."})
@@ -218,7 +219,8 @@ def rl_argv(a: LadderArgs, seed: int, start: str, alpha: float, folder: Path) ->
 
 # Colocated: the engine shares the trainer's process and its CPU cores; server mode cannot send weights on a CPU.
 # The engine's context holds the ladder's longest prompt plus its longest output with room to spare.
-_VLLM_ROLLOUTS = ["--use_vllm", "true", "--vllm_mode", "colocate", "--vllm_max_model_length", "2048"]
+_ENGINE_CONTEXT = 2048
+_VLLM_ROLLOUTS = ["--use_vllm", "true", "--vllm_mode", "colocate", "--vllm_max_model_length", str(_ENGINE_CONTEXT)]
 
 
 class Evaluator:
@@ -255,8 +257,7 @@ class Evaluator:
 
         path = _merged(policy)
         if self.a.eval_engine == "vllm":
-            # the longest prompt plus the longest output, with room to spare
-            return load_chat_model(f"vllm:{path}", max_model_len=2048)
+            return load_chat_model(f"vllm:{path}", max_model_len=_ENGINE_CONTEXT)  # the context RL's engine has
         return load_chat_model(f"transformers:{path}")
 
     def __call__(self, policy: str, label: str) -> dict[str, Any]:
