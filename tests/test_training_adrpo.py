@@ -348,3 +348,30 @@ def test_a_resumed_run_drops_the_rollout_lines_it_redoes(tmp_path):
     log.write_text('{"mode": "train", "step": 0}\nnot json\n{"mode": "train", "step": 1}\n')
     with pytest.raises(ValueError, match=r"rollouts.0.jsonl: line 2 is not a rollout record"):
         trim_rollout_log(str(log), 1)
+
+
+def test_dropout_is_off_in_rl_so_two_forwards_of_the_policy_agree(tokenizer, tmp_path):
+    """A LoRA policy with dropout: the trainer zeroes every dropout (LoRA's too), so the rollout's log-probs and
+    the loss's, two train-mode forwards of one policy, are the same numbers; disable_dropout=false keeps it."""
+    from peft import LoraConfig, get_peft_model
+
+    scorer = LengthScorer.from_texts(SESSIONS)
+    rows = Dataset.from_list(rl_rows(scorer.session_keys(), scorer.observation, token_counter(tokenizer), 400))
+    ids = torch.tensor([tokenizer("user: I moved to Lyon last week.")["input_ids"]])
+
+    def build(**kw):
+        lora = LoraConfig(r=4, lora_dropout=0.5, target_modules="all-linear", init_lora_weights=False)  # B != 0
+        model = get_peft_model(tiny_llama(tokenizer), lora)
+        trainer = ADRPOTrainer(model=model, args=_args(tmp_path, **kw), scorer=scorer, train_dataset=rows,
+                               processing_class=tokenizer)
+        trainer.model.train()
+        probs = [m.p for m in trainer.model.modules() if isinstance(m, torch.nn.Dropout)]
+        with torch.no_grad():
+            twice = [trainer.model(input_ids=ids).logits for _ in range(2)]
+        return probs, torch.equal(*twice)
+
+    assert ADRPOConfig.__dataclass_fields__["disable_dropout"].default
+    probs, same = build()
+    assert probs and set(probs) == {0} and same
+    probs, same = build(disable_dropout=False)
+    assert 0.5 in probs and not same

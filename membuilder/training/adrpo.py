@@ -83,6 +83,12 @@ class ADRPOConfig(GRPOConfig):
                 "(membuilder.training.shared_prefix). Micro-batches keep the sampler's order, so "
                 "per_device_train_batch_size = G with gradient_accumulation_steps = 4 holds one agent prompt each "
                 "(the least memory); 4 x G with 1 holds a whole session."})
+    # TRL leaves dropout on. In RL it is noise twice over: the importance ratios compare log-probs of two
+    # forwards of one policy (and of the generator's, which has no dropout), and LoRA's dropout masks cost more
+    # than the adapted matmuls on a CPU (half of every forward of the CPU ladder's RL steps).
+    disable_dropout: bool = field(default=True, metadata={
+        "help": "Set every dropout probability of the policy to 0 (LoRA's included), so the log-probs of the rollout "
+                "and of the loss agree and the forwards skip the masks. false keeps the model's dropout."})
     rollout_log: str | None = field(default=None, metadata={
         "help": "Append every scored completion (step, session_key, agent, k, completion, reward, weight, advantage) "
                 "as JSON lines to <rollout_log>.<process_index>.jsonl, one file per process. A run resumed from a "
