@@ -65,6 +65,7 @@ bench: setup
 	$(PY) bench/bf16_agreement.py
 	$(PY) bench/longmemeval_read.py
 	$(PY) bench/remote_scoring.py
+	$(PY) bench/lora_dropout.py
 
 # Engines against each other on whole jobs (about an hour on 2 cores): an ADRPO step, the answer
 # stage of a 40-question LoCoMo eval and a ladder stage evaluation, with transformers and (given

@@ -152,3 +152,19 @@ def test_the_ladder_evaluation_benchmark_measures_a_stage_and_compares_engines(m
     assert same["reward_difference"] == 0.0 and same["reward_difference_ci"] == [0.0, 0.0]
     other = {**res, "session_rewards": [r + 0.5 for r in res["session_rewards"]]}
     assert ladder_eval.agreement(res, other)["reward_difference"] == 0.5
+
+
+def test_the_lora_dropout_benchmark_times_both_passes_and_sees_the_masks_noise(monkeypatch, tmp_path):
+    """bench/lora_dropout.py on SmolLM2 (small sizes): with dropout two no-gradient passes differ, without they agree."""
+    import sys
+
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    sys.modules.pop("lora_dropout", None)
+    import lora_dropout
+
+    out = tmp_path / "lora_dropout.json"
+    res = lora_dropout.main(["--dtype", "float32", "--repeats", "1", "--generations", "2", "--completion-tokens", "16",
+                             "--prompt-tokens", "200", "--out", str(out)])
+    assert res["two_rollout_passes_identical"] == {"dropout_0.05": False, "dropout_0": True}
+    assert res["dropout_layers"] == 30 * 7  # SmolLM2's 30 blocks x 7 adapted linear layers
+    assert json.loads(out.read_text())["median_both_passes_s"]["dropout_0"] > 0
