@@ -1,7 +1,7 @@
 """Wall time of one stage evaluation of the training ladder, engine by engine, and how far the
 engines agree.
 
-The evaluation is the ladder's own (``train.ladder.Evaluator``: the held-out sessions of
+The evaluation is the ladder's own (``train.ladder_evaluator.Evaluator``: the held-out sessions of
 configs/train/ladder_smollm2_cpu.yaml, four agents each, greedy, up to 256 new tokens, prompts up
 to 384 tokens), of one policy, run in a fresh process per engine:
 
@@ -44,7 +44,8 @@ ENGINES = ("transformers", "vllm")
 def measure(engine: str, policy: str, memory: bool, sessions_per_user: int | None) -> dict:
     """Runs in the engine's own process."""
     sys.path.insert(0, str(ROOT))
-    from train.ladder import Evaluator, LadderArgs
+    from train.ladder import LadderArgs
+    from train.ladder_evaluator import Evaluator
 
     a = LadderArgs(eval_engine=engine, **({} if memory else {"memory_score_world": "{}"}),
                    **({"eval_sessions_per_user": sessions_per_user} if sessions_per_user else {}))
