@@ -29,13 +29,11 @@ sys.path.insert(0, str(ROOT))
 
 def main(argv=None) -> dict:
     import torch
+    from agent_prompt_batch import agent_prompt_batch
     from peft import get_peft_model
 
-    from membuilder.training.prompts import fit_prompt, token_counter
     from membuilder.training.sft import lora_config
     from membuilder.training.shared_prefix import shared_prefix_logps
-    from memgym_env.construction_config import ConstructionConfig
-    from memgym_env.session_scorer import SessionScorer
     from train.common import load_policy
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -55,16 +53,8 @@ def main(argv=None) -> dict:
             torch.nn.init.normal_(param, std=0.02, generator=torch.Generator().manual_seed(0))
     model.train()
     dropouts = [m for m in model.modules() if isinstance(m, torch.nn.Dropout)]
-    scorer = SessionScorer(ConstructionConfig.from_yaml("configs/env/construction_cpu.yaml"), [8], 1)
-    obs = scorer.observation(scorer.session_keys()[0])
-    prompt = tok.apply_chat_template(fit_prompt("semantic", obs, token_counter(tok), args.prompt_tokens),
-                                     add_generation_prompt=True, return_tensors="pt", return_dict=True)["input_ids"][0]
     g, c = args.generations, args.completion_tokens
-    completions = torch.randint(100, 40000, (g, c), generator=torch.Generator().manual_seed(0))
-    ids = torch.cat([prompt.expand(g, -1), completions], dim=1)
-    mask = torch.ones_like(ids)
-    for k in range(g):  # completions of different lengths, right-padded as TRL pads them
-        mask[k, ids.size(1) - k * (c // (2 * g)):] = 0
+    prompt, ids, mask = agent_prompt_batch(tok, args.prompt_tokens, g, c)
 
     def set_dropout(prob: float) -> None:
         for m in dropouts:

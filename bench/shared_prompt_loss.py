@@ -36,13 +36,11 @@ def per_row_logps(model, ids, mask, keep):
 
 def main(argv=None) -> dict:
     import torch
+    from agent_prompt_batch import agent_prompt_batch
     from peft import get_peft_model
 
-    from membuilder.training.prompts import fit_prompt, token_counter
     from membuilder.training.sft import lora_config
     from membuilder.training.shared_prefix import shared_prefix_logps
-    from memgym_env.construction_config import ConstructionConfig
-    from memgym_env.session_scorer import SessionScorer
     from train.common import load_policy
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -55,18 +53,8 @@ def main(argv=None) -> dict:
     model, tok, _ = load_policy("smollm2-135m", "float32", frozen_base=True)
     model = get_peft_model(model, lora_config(r=16, alpha=32, dropout=0.0))
     model.train()
-    config = ConstructionConfig.from_yaml("configs/env/construction_cpu.yaml")
-    scorer = SessionScorer(config, [8], 1)
-    obs = scorer.observation(scorer.session_keys()[0])
-    prompt = tok.apply_chat_template(fit_prompt("semantic", obs, token_counter(tok), 768),
-                                     add_generation_prompt=True, return_tensors="pt", return_dict=True)["input_ids"][0]
     g, c = args.generations, args.completion_tokens
-    gen = torch.Generator().manual_seed(0)
-    completions = torch.randint(100, 40000, (g, c), generator=gen)
-    ids = torch.cat([prompt.expand(g, -1), completions], dim=1)
-    mask = torch.ones_like(ids)
-    for k in range(g):  # completions of different lengths, right-padded as TRL pads them
-        mask[k, ids.size(1) - k * (c // (2 * g)):] = 0
+    prompt, ids, mask = agent_prompt_batch(tok, 768, g, c)
     keep = c
 
     def run(method):
