@@ -169,3 +169,33 @@ def test_self_evolution_rewrites_the_guide_with_the_real_model(model, embedder):
     assert record["before"] == before and record["after"] == awe.guide
     assert awe.guide.strip() and len(awe.guide) <= evolution.MAX_GUIDE_CHARS
     assert evolution.evolve(awe, model, "none", questions, {}) is None
+
+
+def test_a_bank_that_outgrows_the_writers_prompt_budget_loses_view_entries_not_the_run(model, embedder):
+    """The MemBuilder assistant bounds each agent prompt (write_prompt_tokens): a bank whose 20-entry views no
+    longer fit loses its lowest-ranked view entries, measured with the writer's tokenizer, and still writes."""
+    import json as _json
+
+    from membuilder.agents.constructor import MemBuilderPolicy, render_prompt
+    from membuilder.llm.base import Sampling
+    from membuilder.training.prompts import token_counter
+
+    a = make_assistant("membuilder", model, embedder, reply_tokens=4, write_tokens=8, write_prompt_tokens=600)
+    a.reset("u1")
+    for i in range(20):
+        long = f"Trip note {i}: " + "the user described the long train ride through the mountains and the food " * 4
+        for agent in ("episodic", "semantic", "procedural"):
+            a.bank.apply(agent, _json.dumps({"operations": [{"action": "ADD", "memory": long}]}))
+    a.observe(SESSION, time="2021-03-01 19:00:00", session_id="p0-s0", facts=None)
+    assert a.write_log[-1]["prompts_cut"] == 3  # every searchable agent's view was cut; Core's prompt fits
+
+    count = token_counter(model.tokenizer)  # the chat template's own count
+    obs = {"session": SESSION[0]["content"], "session_time": "2021-03-01", "core": "",
+           "episodic": [e.text for e in a.bank.entries()][:20]}
+    policy = MemBuilderPolicy(model, Sampling(max_new_tokens=4), max_prompt_tokens=600)
+    full, cut = render_prompt("episodic", obs), policy.prompt("episodic", obs)
+    assert count(cut) <= 600 < count(full)
+    view = obs["episodic"]  # best-ranked first: the first entries stay, the last go
+    assert cut[0] == full[0] and view[0] in cut[1]["content"] and view[-1] not in cut[1]["content"]
+    with pytest.raises(ValueError, match="max_prompt_tokens"):
+        MemBuilderPolicy(model, max_prompt_tokens=0)

@@ -59,7 +59,7 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
     # the interactive memory score ran the MemBuilder assistant once per stage (a random tiny model's
     # score is mostly undefined: its upper bound is no better than chance)
     for label in ("base", "sft", "adrpo seed 0", "grpo seed 1"):
-        results = json.loads((tmp_path / "work" / "interactive" / f"{label}.transformers" / "results.json").read_text())
+        results = json.loads((tmp_path / "work" / "interactive" / f"{label}.transformers.w8" / "results.json").read_text())
         assert results["assistant"] == "membuilder" and len(results["users"]) == 1
     for r in saved:
         if r["stage"] in ("grpo", "adrpo"):
@@ -91,12 +91,24 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
     card = json.loads((tmp_path / "shipped" / "card.json").read_text())
     assert card["stage"] == "adrpo"
     assert card["held_out"]["reward_evidence"] == saved[2]["reward_evidence"] and "ladder.py" in card["command"]
+    # the recipe, not this machine's folders
+    assert "--work_dir" not in card["command"] and "--adapter_out" not in card["command"]
+    assert "work_dir" not in card["config"] and card["config"]["rl_steps"] == 2
+    assert "--results_dir" not in (tmp_path / "results" / "ladder.md").read_text()
 
     # a rerun resumes: no stage is trained or evaluated again
     done = [tmp_path / "work" / "seed1" / "grpo" / "policy" / "merged", *(tmp_path / "work" / "eval").glob("*.json")]
     stamps = [p.stat().st_mtime_ns for p in done]
     again = ladder.main(_argv(tiny_path, tmp_path))
     assert again == rows and [p.stat().st_mtime_ns for p in done] == stamps
+    # a memory score cached under other writing settings (an older ladder's) is made again, the rest is kept
+    stale = tmp_path / "work" / "eval" / "base-memory.transformers.json"
+    cached = json.loads(stale.read_text())
+    assert cached["memory_settings"] == {"write_tokens": 8, "write_prompt_tokens": 2040}
+    stale.write_text(json.dumps({**cached, "memory_settings": {"write_tokens": 128, "write_prompt_tokens": 3840}}))
+    again = ladder.main(_argv(tiny_path, tmp_path))
+    assert again == rows and json.loads(stale.read_text())["memory_settings"]["write_tokens"] == 8
+    assert [p.stat().st_mtime_ns for p in done if p != stale] == [s for p, s in zip(done, stamps) if p != stale]
 
     # report_only publishes the finished stages of a ladder stopped part-way and trains nothing
     import shutil
@@ -316,3 +328,11 @@ def test_a_work_folder_resumes_only_under_the_settings_that_made_it(tiny_path, t
     env.write_text(env.read_text() + "\n# edited\n")
     with pytest.raises(SystemExit, match="env_config_sha256"):
         ladder.check_work_dir(args(), work)
+
+
+def test_the_recipe_command_leaves_out_where_the_outputs_go():
+    from train.ladder_report import recipe_command
+
+    argv = ["--config", "c.yaml", "--work_dir", "/root/w", "--results_dir=/tmp/r", "--rl_steps", "5",
+            "--adapter_out", "/x/a", "--report_only", "true"]
+    assert recipe_command(argv) == "python train/ladder.py --config c.yaml --rl_steps 5"

@@ -41,7 +41,7 @@ from membuilder.training.checkpoints import save_policy  # noqa: E402
 from memgym_env.construction_config import ConstructionConfig  # noqa: E402
 from train import adrpo, sft  # noqa: E402
 from train.ladder_evaluator import ENGINE_CONTEXT, Evaluator, cached_json, oracle_over_limit  # noqa: E402
-from train.ladder_report import write_results  # noqa: E402
+from train.ladder_report import recipe_command, recipe_config, write_results  # noqa: E402
 
 STAGES = ("base", "sft", "grpo", "adrpo")
 
@@ -326,7 +326,7 @@ def export_adapter(a: LadderArgs, stage: str, adapter: str, scores: dict[str, An
            if stage == "adrpo" else "SFT on world-oracle trajectories (the ladder's RL stages had not finished)")
     card = {"what": f"LoRA adapter for SmolLM2-135M-Instruct writing MemBuilder's four memories: {how}",
             "stage": stage,
-            "command": "python train/ladder.py " + " ".join(argv), "config": asdict(a), "held_out": scores}
+            "command": recipe_command(argv), "config": recipe_config(a), "held_out": scores}
     (out / "card.json").write_text(json.dumps(card, indent=1) + "\n", encoding="utf-8")
     return out
 

@@ -87,7 +87,15 @@ class Evaluator:
     def cached(self, policy: str, label: str, name: str) -> dict[str, Any]:
         """Held-out generation and the memory score of one stage, each cached on its own."""
         res = cached_json(self.cache(name), lambda: self(policy, label))
-        return {**res, **cached_json(self.cache(f"{name}-memory"), lambda: self.memory_score(policy, label))}
+        memory = cached_json(self.cache(f"{name}-memory"), lambda: self.memory_score(policy, label),
+                             valid=lambda m: m.get("memory_settings") == self.memory_settings())
+        return {**res, **memory}
+
+    def memory_settings(self) -> dict[str, int]:
+        """How the memory score's MemBuilder assistant writes: the stage's output limit, as in RL and the held-out
+        evaluation, and prompts that leave room for it in the engine's context."""
+        return {"write_tokens": self.a.max_completion_tokens,
+                "write_prompt_tokens": ENGINE_CONTEXT - self.a.max_completion_tokens}
 
     def cache(self, name: str) -> Path:
         """A stage evaluation's cache file: one per engine, so a work folder can change engines."""
@@ -108,7 +116,7 @@ class Evaluator:
     def memory_score(self, policy: str, label: str) -> dict[str, Any]:
         """MemoryGym-Interactive-v0's MemBuilder assistant writing memory with ``policy``."""
         if not self.a.memory_score_world:
-            return {"memory_score": None, "memory_score_ci": None}
+            return {"memory_score": None, "memory_score_ci": None, "memory_settings": self.memory_settings()}
         from memgym_env.interactive.runner import RunConfig, evaluate_one, load_run_models
         from memgym_env.world.data_json import read_world
 
@@ -118,10 +126,11 @@ class Evaluator:
         # The stage's policy writes the memory; the untrained model answers, as in `memgym evaluate`. Both run
         # on eval_engine, named outright: a short model name would pick vLLM wherever it is installed.
         engine = self.a.eval_engine
+        settings = self.memory_settings()
         cfg = RunConfig(world=str(world_path), assistant="membuilder",
-                        out=str(self.work / "interactive" / f"{label}.{engine}"),
+                        out=str(self.work / "interactive" / f"{label}.{engine}.w{settings['write_tokens']}"),
                         model=f"{engine}:{self.a.model_name_or_path}",
-                        policy_model=merged_path(policy) if trained else policy, factual_recall=False)
+                        policy_model=merged_path(policy) if trained else policy, factual_recall=False, **settings)
         model, embedder, _ = load_run_models([cfg])
         constructor = self.chat_model(policy) if trained else model
         results = evaluate_one(cfg, read_world(world_path), model, embedder, {}, constructor=constructor)
@@ -134,7 +143,7 @@ class Evaluator:
         score = results["overall"]["memory_score"]
         score = None if score is None or math.isnan(score) else score  # undefined where no cell is (JSON has no NaN)
         return {"memory_score": score, "memory_score_ci": bootstrap_ci(cells),
-                "memory_score_cells": sum(v is not None for v in cells),
+                "memory_score_cells": sum(v is not None for v in cells), "memory_settings": settings,
                 "memory_score_seconds": round(time.perf_counter() - t0, 1)}
 
 
@@ -173,9 +182,12 @@ def merged_path(policy: str) -> str:
     return str(p.parent / "merged") if (p / "adapter_config.json").exists() else policy
 
 
-def cached_json(path: Path, make):
+def cached_json(path: Path, make, valid=None):
+    """``make()``, kept in ``path``; a cached value ``valid`` rejects (made under other settings) is made again."""
     if path.exists():
-        return json.loads(path.read_text(encoding="utf-8"))
+        value = json.loads(path.read_text(encoding="utf-8"))
+        if valid is None or valid(value):
+            return value
     value = make()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")

@@ -197,6 +197,30 @@ def _vllm_version() -> str:
     return ""
 
 
+# Where a ladder puts its outputs, not how it trains: the command and configuration shown with the results and
+# the shipped adapter leave them out, so they read as the recipe rather than one machine's folders.
+OUTPUT_OPTIONS = ("work_dir", "results_dir", "adapter_out", "report_only")
+
+
+def recipe_command(argv: list[str]) -> str:
+    """``python train/ladder.py`` with ``argv`` less the output options (``--name value`` or ``--name=value``)."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        name = arg[2:].split("=", 1)[0] if arg.startswith("--") else None
+        if name in OUTPUT_OPTIONS:
+            skip = "=" not in arg
+            continue
+        kept.append(arg)
+    return " ".join(["python train/ladder.py", *kept])
+
+
+def recipe_config(a) -> dict[str, Any]:
+    return {k: v for k, v in asdict(a).items() if k not in OUTPUT_OPTIONS}
+
+
 def write_results(a, rows: list[dict[str, Any]], seconds: float, argv: list[str],
                   timings: dict[str, float], oracle: dict[str, Any] | None = None,
                   progress: list[dict[str, Any]] = ()) -> dict[str, Path]:
@@ -217,7 +241,7 @@ def write_results(a, rows: list[dict[str, Any]], seconds: float, argv: list[str]
         write_json(paths["progress"], list(progress))
     else:
         paths["progress"].unlink(missing_ok=True)  # every run finished: nothing is in progress
-    cmd = "python train/ladder.py " + " ".join(argv)
+    cmd = recipe_command(argv)
     compute = sum(timings.values()) + sum((r.get("eval_seconds") or 0) for r in rows)
     md = [f"# Training ladder ({a.model_name_or_path}, CPU)", "",
           f"Command: `{cmd}` (what `make ladder` runs). Training and evaluation time summed over the stages so "
@@ -235,7 +259,7 @@ def write_results(a, rows: list[dict[str, Any]], seconds: float, argv: list[str]
                    f"points in {paths['progress'].name}):", ""]
         md += [f"- {line}" for line in progress_lines(progress)]
     md += ["", "Stage timings (s): " + json.dumps(timings), "", "Configuration:", "", "```json",
-           json.dumps(asdict(a), indent=1), "```", ""]
+           json.dumps(recipe_config(a), indent=1), "```", ""]
     paths["md"].write_text("\n".join(md), encoding="utf-8")
     plot(rows, paths["png"], a.model_name_or_path)
     plot_curves(rows, paths["curves"], progress)

@@ -3,11 +3,16 @@
 For each session, all four agents see the same session and their own view of memory, and none
 sees the others' output (MemBuilder, protocols §1). Their raw outputs are what the environment
 scores and what ADRPO trains.
+
+A prompt that is too long is cut in its memory view, never in its instructions (``fit_prompt``):
+first the lowest-ranked entries of the agent's own type go, then the oldest part of the Core block,
+and only as a last resort the start of the session text. The JSON instructions and the output
+format stay whole, so a cut prompt still asks for a parseable answer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from membuilder import prompts
@@ -56,6 +61,42 @@ def render_prompt(agent: str, obs: Mapping[str, Any]) -> ChatMessages:
     ]
 
 
+# Renders a chat prompt and counts its tokens.
+PromptLength = Callable[[list[dict[str, str]]], int]
+
+
+def fit_prompt(agent: str, obs: Mapping[str, Any], length: PromptLength, max_tokens: int | None) -> list[dict[str, str]]:
+    """``render_prompt(agent, obs)``, with the memory view shortened until it fits ``max_tokens``."""
+    messages = render_prompt(agent, obs)
+    if not max_tokens or length(messages) <= max_tokens:
+        return messages
+    obs = dict(obs)
+    if agent != "core":
+        entries = list(obs.get(agent) or ())
+        while entries and length(messages) > max_tokens:
+            entries.pop()  # the lowest-ranked entry goes first
+            obs[agent] = entries
+            messages = render_prompt(agent, obs)
+    for field in ("core", "session"):
+        text = str(obs.get(field) or "")
+        while text and length(messages) > max_tokens:
+            # keep the most recent part: cut a quarter of what is left from the front
+            text = text[len(text) // 4 + 1:] if len(text) > 8 else ""
+            obs[field] = ("..." + text) if text else ""
+            messages = render_prompt(agent, obs)
+    return messages
+
+
+def chat_length(count_tokens: Callable[[str], int], per_message: int = 8) -> PromptLength:
+    """A prompt's length from a model's ``count_tokens``: its messages' text plus ``per_message`` tokens each
+    for the chat template's role markers and the generation prompt (SmolLM2's and Qwen's take 3-5)."""
+
+    def length(messages: list[dict[str, str]]) -> int:
+        return sum(count_tokens(m["content"]) + per_message for m in messages) + per_message
+
+    return length
+
+
 def render_prompts(obs: Mapping[str, Any]) -> dict[str, ChatMessages]:
     return {agent: render_prompt(agent, obs) for agent in AGENTS}
 
@@ -64,18 +105,31 @@ class MemBuilderPolicy:
     """Writes the four agents' outputs for observations with any ``ChatModel``.
 
     ``act`` handles many observations at once: all 4 x len(observations) prompts (times
-    ``sampling.n`` samples) go to the model in one ``generate`` call.
+    ``sampling.n`` samples) go to the model in one ``generate`` call. ``max_prompt_tokens`` bounds
+    each prompt (``fit_prompt``, measured with the model's ``count_tokens``): a model's context
+    cannot hold an unbounded memory view; ``prompts_cut`` counts the prompts it shortened.
     """
 
-    def __init__(self, model: ChatModel, sampling: Sampling | None = None):
+    def __init__(self, model: ChatModel, sampling: Sampling | None = None, max_prompt_tokens: int | None = None):
+        if max_prompt_tokens is not None and max_prompt_tokens < 1:
+            raise ValueError(f"MemBuilderPolicy: max_prompt_tokens must be >= 1, got {max_prompt_tokens}")
         self.model = model
         self.sampling = sampling or Sampling(temperature=0.0, max_new_tokens=384)
+        self.max_prompt_tokens = max_prompt_tokens
+        self.prompts_cut = 0
+
+    def prompt(self, agent: str, obs: Mapping[str, Any]) -> ChatMessages:
+        if self.max_prompt_tokens is None:
+            return render_prompt(agent, obs)
+        messages = fit_prompt(agent, obs, chat_length(self.model.count_tokens), self.max_prompt_tokens)
+        self.prompts_cut += messages != render_prompt(agent, obs)
+        return messages
 
     def act_many(self, observations: Sequence[Mapping[str, Any]], n: int | None = None) -> list[list[dict[str, str]]]:
         """For each observation, ``n`` candidate actions (dicts agent -> raw output)."""
         n = n or self.sampling.n
         sampling = Sampling(**{**self.sampling.__dict__, "n": n})
-        conversations = [render_prompt(a, obs) for obs in observations for a in AGENTS]
+        conversations = [self.prompt(a, obs) for obs in observations for a in AGENTS]
         completions: list[Completion] = self.model.generate(conversations, sampling)
         out = []
         for o in range(len(observations)):

@@ -21,15 +21,18 @@ class MemBuilderAssistant(ChatAssistant):
     """Arguments beyond ``ChatAssistant``'s: ``embedder``, ``write_tokens`` (longest agent output),
     ``view_k`` (own-type entries each agent sees, 20 in MemBuilder), ``answer_k`` (entries
     retrieved for an answer, 10), ``write_model`` (the memory constructor playing the four agents
-    and compressing Core, e.g. a trained policy; default ``model``, which always replies and answers)."""
+    and compressing Core, e.g. a trained policy; default ``model``, which always replies and answers),
+    ``write_prompt_tokens`` (longest agent prompt: a bank that outgrows the writer's context loses
+    view entries from its prompts, lowest-ranked first, instead of failing the run; None: no bound)."""
 
     name = "membuilder"
 
     def __init__(self, model, embedder, *, write_tokens: int = 384, view_k: int = 20, answer_k: int = 10,
-                 write_model=None, **kwargs):
+                 write_model=None, write_prompt_tokens: int | None = 3840, **kwargs):
         self.embedder = embedder
         self.write_model = bound(model if write_model is None else write_model, "write")
-        self.policy = MemBuilderPolicy(self.write_model, Sampling(temperature=0.0, max_new_tokens=write_tokens))
+        self.policy = MemBuilderPolicy(self.write_model, Sampling(temperature=0.0, max_new_tokens=write_tokens),
+                                       max_prompt_tokens=write_prompt_tokens)
         self.view_k = view_k
         self.answer_k = answer_k
         super().__init__(model, **kwargs)
@@ -49,10 +52,12 @@ class MemBuilderAssistant(ChatAssistant):
                                "core_usage": self.bank.core.usage}
         for agent in SEARCHABLE_AGENTS:
             obs[agent] = [h.entry.text for h in self.bank.view(agent, session, self.view_k)]
+        cut_before = self.policy.prompts_cut
         outputs = self.policy.act(obs)
         applied = {agent: self.bank.apply(agent, out, time=time, session=session_id) for agent, out in outputs.items()}
         self.write_log.append({"session": session_id, "valid": {a: r.valid for a, r in applied.items()},
-                               "added": {a: len(r.added_ids) for a, r in applied.items()}})
+                               "added": {a: len(r.added_ids) for a, r in applied.items()},
+                               "prompts_cut": self.policy.prompts_cut - cut_before})
 
     def context(self, query: str, time: str) -> str:
         hits = self.bank.retrieve(query, self.answer_k) if len(self.bank) else []

@@ -40,6 +40,7 @@ from trl.trainer.utils import RepeatSampler, split_tensor_dict
 
 from membuilder.ops import AGENTS, SEARCHABLE_AGENTS
 from membuilder.reward import CandidateScorer, task_rewarded_coin
+from membuilder.training.importance_ratio import RatioStats, importance_ratio
 
 # ---- the ADRPO idea, in a few lines -----------------------------------------------------------
 
@@ -89,6 +90,14 @@ class ADRPOConfig(GRPOConfig):
     disable_dropout: bool = field(default=True, metadata={
         "help": "Set every dropout probability of the policy to 0 (LoRA's included), so the log-probs of the rollout "
                 "and of the loss agree and the forwards skip the masks. false keeps the model's dropout."})
+    # With one update per generation batch and no dropout, the weights that sampled (as the trainer holds them)
+    # are the weights the loss differentiates: TRL's extra no-grad pass for the vLLM importance ratio recomputes
+    # the loss pass's own log-probs (18% of a CPU ladder step after the dropout fix).
+    is_ratio_from_loss: bool = field(default=True, metadata={
+        "help": "With vLLM's importance-sampling correction, take the policy's log-probs for the ratio from the loss "
+                "pass instead of a separate forward after generation (same numbers when num_iterations = 1, "
+                "gradient_accumulation_steps is a multiple of steps_per_generation and dropout is off; otherwise "
+                "TRL's pass runs). false always runs TRL's pass."})
     rollout_log: str | None = field(default=None, metadata={
         "help": "Append every scored completion (step, session_key, agent, k, completion, reward, weight, advantage) "
                 "as JSON lines to <rollout_log>.<process_index>.jsonl, one file per process. A run resumed from a "
@@ -295,6 +304,12 @@ class ADRPOTrainer(GRPOTrainer):
             raise ValueError("ADRPO normalises advantages within each agent prompt's group: keep scale_rewards='group'")
         super().__init__(model=model, reward_funcs=funcs, args=args, train_dataset=train_dataset, **kwargs)
         self._rollout_batches = 0
+        self.ratio_in_loss = bool(
+            args.is_ratio_from_loss and self.use_vllm and self.vllm_importance_sampling_correction
+            and self.num_iterations == 1 and args.gradient_accumulation_steps % args.steps_per_generation == 0
+            and args.disable_dropout)
+        self._ratio_inputs: dict[str, Any] | None = None
+        self._ratio_stats = {"train": RatioStats(), "eval": RatioStats()}
         if args.use_vllm:
             from membuilder.training.merged_weights import install_exact_lora_sync
             from membuilder.training.vllm_cpu_sync import install_cpu_weight_sync
@@ -338,7 +353,15 @@ class ADRPOTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         mode = "train" if self.model.training else "eval"
         started = time.perf_counter()
-        output = super()._generate_and_score_completions(inputs)
+        if self.ratio_in_loss:
+            # TRL then skips its no-grad log-prob pass and the ratio; _compute_loss supplies the ratio
+            self.vllm_importance_sampling_correction = False
+            try:
+                output = super()._generate_and_score_completions(inputs)
+            finally:
+                self.vllm_importance_sampling_correction = True
+        else:
+            output = super()._generate_and_score_completions(inputs)
         elapsed = time.perf_counter() - started
         # The weights are this process's, in its row order; TRL has already cut the gathered
         # advantages down to this process's slice (the same rows), so the two line up.
@@ -409,6 +432,15 @@ class ADRPOTrainer(GRPOTrainer):
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
                                            compute_entropy=False, compute_aux_loss=False, **multimodal):
+        logps, entropies, aux = self._logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, batch_size,
+                                                          compute_entropy, compute_aux_loss, **multimodal)
+        if self._ratio_inputs is not None:  # the loss pass's policy forward, the first one _compute_loss makes
+            inputs, self._ratio_inputs = self._ratio_inputs, None
+            inputs["importance_sampling_ratio"] = self._ratio_from(logps.detach(), inputs)
+        return logps, entropies, aux
+
+    def _logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy,
+                             compute_aux_loss, **multimodal):
         if not self.args.share_prompt or compute_aux_loss or any(v is not None for v in multimodal.values()):
             return super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
@@ -420,7 +452,30 @@ class ADRPOTrainer(GRPOTrainer):
                 model, input_ids, attention_mask, logits_to_keep, self.temperature, compute_entropy))
         return logps, entropies, None
 
+    def _ratio_from(self, logps: torch.Tensor, inputs: dict[str, Any]) -> torch.Tensor:
+        mask = inputs["completion_mask"] if "tool_mask" not in inputs else inputs["completion_mask"] * inputs["tool_mask"]
+        sampling = inputs["sampling_per_token_logps"]
+        mode = self.vllm_importance_sampling_mode
+        ratio = importance_ratio(logps, sampling, mask, mode, self.vllm_importance_sampling_clip_min,
+                                 self.vllm_importance_sampling_clip_max)
+        gather = self.accelerator.gather if self.accelerator.num_processes > 1 else None
+        self._ratio_stats["train" if self.model.training else "eval"].add(logps, sampling, mask, ratio, mode, gather)
+        return ratio
+
     def _compute_loss(self, model, inputs):
         if "adrpo_weights" in inputs:
             inputs = {**inputs, "advantages": weight_advantages(inputs["advantages"], inputs["adrpo_weights"])}
-        return super()._compute_loss(model, inputs)
+        if not self.ratio_in_loss:
+            return super()._compute_loss(model, inputs)
+        # TRL's loss reads inputs["importance_sampling_ratio"] after its policy forward, which fills it in
+        self._ratio_inputs = inputs = dict(inputs)
+        try:
+            return super()._compute_loss(model, inputs)
+        finally:
+            self._ratio_inputs = None
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        mode = "train" if self.model.training else "eval"
+        for name, value in self._ratio_stats[mode].pop().items():
+            self._metrics[mode][name].append(value)
+        super().log(logs, start_time)

@@ -1,9 +1,5 @@
-"""Training prompts: the (session, agent) rows RL samples from, bounded in length.
-
-A prompt that is too long is cut in its memory view, never in its instructions: first the
-lowest-ranked entries of the agent's own type go, then the oldest part of the Core block, and
-only as a last resort the start of the session text. The JSON instructions and the output
-format stay whole, so a truncated prompt still asks for a parseable answer.
+"""Training prompts: the (session, agent) rows RL samples from, bounded in length by
+``fit_prompt`` (``membuilder.agents.constructor``), as every user of the constructor's prompts is.
 """
 
 from __future__ import annotations
@@ -11,11 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from membuilder.agents.constructor import render_prompt
+from membuilder.agents.constructor import PromptLength, fit_prompt, render_prompt
 from membuilder.ops import AGENTS
-
-# Renders a chat prompt and counts its tokens.
-PromptLength = Callable[[list[dict[str, str]]], int]
 
 
 def token_counter(tokenizer) -> PromptLength:
@@ -28,28 +21,6 @@ def token_counter(tokenizer) -> PromptLength:
         return len(ids)
 
     return count
-
-
-def fit_prompt(agent: str, obs: Mapping[str, Any], length: PromptLength, max_tokens: int | None) -> list[dict[str, str]]:
-    """``render_prompt(agent, obs)``, with the memory view shortened until it fits ``max_tokens``."""
-    messages = render_prompt(agent, obs)
-    if not max_tokens or length(messages) <= max_tokens:
-        return messages
-    obs = dict(obs)
-    if agent != "core":
-        entries = list(obs.get(agent) or ())
-        while entries and length(messages) > max_tokens:
-            entries.pop()  # the lowest-ranked entry goes first
-            obs[agent] = entries
-            messages = render_prompt(agent, obs)
-    for field in ("core", "session"):
-        text = str(obs.get(field) or "")
-        while text and length(messages) > max_tokens:
-            # keep the most recent part: cut a quarter of what is left from the front
-            text = text[len(text) // 4 + 1:] if len(text) > 8 else ""
-            obs[field] = ("..." + text) if text else ""
-            messages = render_prompt(agent, obs)
-    return messages
 
 
 def rl_rows(session_keys: Sequence[str], observation: Callable[[str], Mapping[str, Any]],

@@ -60,6 +60,9 @@ class RunConfig:
     seed: int = field(default=0, metadata={"help": "seed of random choices and template follow-ups"})
     reply_tokens: int = field(default=48, metadata={"help": "longest assistant reply"})
     write_tokens: int = field(default=128, metadata={"help": "longest memory-writing output (awe, awi, membuilder, mem0-infer)"})
+    write_prompt_tokens: int = field(default=3840, metadata={
+        "help": "longest membuilder memory-writing prompt; longer ones lose memory-view entries first. Keep "
+                "write_prompt_tokens + write_tokens within the writing model's context (vLLM: its max_model_len)"})
     context_tokens: int = field(default=1024, metadata={"help": "most tokens of memory text in a prompt"})
     top_k: int | None = field(default=None, metadata={"help": "retrieved items for rag/awe/mem0 (published default 30)"})
     factual_recall: bool = field(default=True, metadata={"help": "check each period's new facts against memory"})
@@ -76,6 +79,8 @@ class RunConfig:
         opts: dict[str, Any] = {"reply_tokens": self.reply_tokens, "context_tokens": self.context_tokens}
         if self.assistant in ("awe", "awi", "membuilder", "mem0-infer"):
             opts["write_tokens"] = self.write_tokens
+        if self.assistant == "membuilder":
+            opts["write_prompt_tokens"] = self.write_prompt_tokens
         if self.top_k is not None and self.assistant in ("rag", "awe", "mem0", "mem0-infer"):
             opts["top_k"] = self.top_k
         return opts

@@ -127,3 +127,51 @@ def test_the_ladders_rl_runs_follow_one_another_in_one_process_each_with_its_own
             assert trainer.model.training == mode
         del trainer, steps
         gc.collect()
+
+
+def test_the_importance_ratio_read_off_the_loss_pass_gives_trls_loss_and_statistics(tmp_path, monkeypatch):
+    """With no dropout and one update per generation batch, the vLLM importance ratio computed from the loss
+    pass's log-probs (no separate forward after generation) gives the loss and the mismatch statistics that TRL's
+    own pass gives on the same completions; with dropout on, TRL's pass runs."""
+    from train.adrpo import build
+
+    monkeypatch.chdir(ROOT)
+    trainer, _, _ = build(["--config", "configs/train/adrpo_smollm2_cpu_vllm.yaml", *TINY_RUN, "--max_steps", "1",
+                           "--temperature", "1.0", "--max_completion_length", "24", "--output_dir", str(tmp_path / "run")])
+    assert trainer.ratio_in_loss
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps  # what train() sets
+    batch = next(iter(trainer.get_train_dataloader()))
+    trainer.ratio_in_loss = False  # TRL's path: a no-grad pass after generation computes the ratio
+    reference = trainer._generate_and_score_completions(batch)
+    trls = {k: v[-1] for k, v in trainer._metrics["train"].items() if k.startswith("sampling/")}
+    assert set(trls) == {"sampling/sampling_logp_difference/mean", "sampling/sampling_logp_difference/max",
+                         "sampling/importance_sampling_ratio/min", "sampling/importance_sampling_ratio/mean",
+                         "sampling/importance_sampling_ratio/max"}
+    assert trls["sampling/importance_sampling_ratio/min"] != trls["sampling/importance_sampling_ratio/max"]
+    # two tiny rollouts often score alike (zero advantage, zero loss whatever the ratio): give every completion
+    # its own advantage so the loss depends on each ratio
+    reference["advantages"] = torch.linspace(-1.0, 1.0, len(reference["advantages"]))
+    with torch.no_grad():
+        trls_loss = trainer._compute_loss(trainer.model, reference)
+
+    trainer.ratio_in_loss = True
+    fused = {k: v for k, v in reference.items() if k not in ("old_per_token_logps", "importance_sampling_ratio")}
+    with torch.no_grad():
+        loss = trainer._compute_loss(trainer.model, fused)
+    assert "importance_sampling_ratio" not in fused  # the ratio lived in the loss's own copy of the inputs
+    ours = trainer._ratio_stats["train"].pop()
+    assert set(ours) == set(trls)
+    for name, value in trls.items():
+        assert ours[name] == pytest.approx(value, rel=1e-4, abs=1e-5), name
+    assert float(loss) == pytest.approx(float(trls_loss), rel=1e-4, abs=1e-6)
+    # the ratio matters: TRL's loss with every ratio 1 differs
+    trainer.ratio_in_loss = False
+    with torch.no_grad():
+        unweighted = trainer._compute_loss(trainer.model, {**reference, "importance_sampling_ratio": torch.ones_like(
+            reference["importance_sampling_ratio"])})
+    assert float(unweighted) != pytest.approx(float(trls_loss), rel=1e-4, abs=1e-6)
+
+    again, _, _ = build(["--config", "configs/train/adrpo_smollm2_cpu_vllm.yaml", *TINY_RUN, "--max_steps", "1",
+                         "--disable_dropout", "false", "--output_dir", str(tmp_path / "dropout")])
+    assert not again.ratio_in_loss
