@@ -264,11 +264,16 @@ def test_two_adrpo_steps_change_the_weights_and_log_stable_metrics(tokenizer, tm
     assert changed
     logs = trainer.state.log_history[0]
     for name in ["reward/task", "adrpo/weight_mean", "adrpo/dominant_none", "time/generate", "time/score",
-                 "time/tokens_per_s",
+                 "time/tokens_per_s", "reward/frac_groups_alike",
                  *(f"reward/valid_{a}" for a in AGENTS), *(f"reward/length_penalty_{a}" for a in AGENTS),
                  *(f"adrpo/dominant_{m}" for m in SEARCHABLE_AGENTS)]:
         assert name in logs, name
     assert logs["adrpo/weight_mean"] > 1.0
+    # the last step's share of agent prompts whose G rewards are all equal, counted exactly
+    last = [h for h in trainer.state.log_history if "reward/frac_groups_alike" in h][-1]
+    rewards, g = trainer.session_reward.last_rewards, trainer.num_generations
+    groups = [rewards[i:i + g] for i in range(0, len(rewards), g)]
+    assert last["reward/frac_groups_alike"] == pytest.approx(sum(len(set(x)) == 1 for x in groups) / len(groups))
 
 
 def test_resume_from_a_checkpoint(tokenizer, tmp_path):

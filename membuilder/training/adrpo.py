@@ -374,6 +374,12 @@ class ADRPOTrainer(GRPOTrainer):
             self._log_rollouts(mode, inputs, output)
         self._rollout_batches += 1
         totals = dict(self.session_reward.last_stat_totals)
+        # TRL's frac_reward_zero_std misses groups of equal rewards other than 0 and 1 (the float32 std of eight
+        # 0.4s is 3e-8, not zero): count groups with no spread exactly, on the rewards as the scorer gave them
+        g = self.num_generations if mode == "train" else self.num_generations_eval
+        rewards = self.session_reward.last_rewards
+        groups = [rewards[i:i + g] for i in range(0, len(rewards), g)]
+        totals["reward/frac_groups_alike"] = (float(sum(max(x) == min(x) for x in groups)), len(groups))
         tokens = float(output["completion_mask"].sum().item())
         generate = max(0.0, elapsed - totals.get("time/score", (0.0, 1))[0])
         totals["time/generate"] = (generate, 1)
