@@ -27,6 +27,9 @@ def test_the_ladder_evaluates_a_stage_on_the_engine(tmp_path):
     # the memory score's assistant ran with the engine's model as writer and answerer
     import json
 
-    run = json.loads((tmp_path / "interactive" / "base.vllm" / "run.json").read_text())
+    run = json.loads((tmp_path / "interactive" / "base.vllm.w32" / "run.json").read_text())
     assert run["config"]["model"] == "vllm:smollm2-135m" and run["assistant"] == "membuilder"
+    # the writer gets the stage's output limit and prompts that leave room for it in the engine's context
+    assert run["config"]["write_tokens"] == 32 and run["config"]["write_prompt_tokens"] == ladder.ENGINE_CONTEXT - 32
+    assert res["memory_settings"] == {"write_tokens": 32, "write_prompt_tokens": ladder.ENGINE_CONTEXT - 32}
     assert "memory_score" in res and res["memory_score_seconds"] > 0
