@@ -41,7 +41,7 @@ from membuilder.training.checkpoints import save_policy  # noqa: E402
 from memgym_env.construction_config import ConstructionConfig  # noqa: E402
 from train import adrpo, sft  # noqa: E402
 from train.ladder_evaluator import ENGINE_CONTEXT, Evaluator, cached_json, oracle_over_limit  # noqa: E402
-from train.ladder_report import recipe_command, recipe_config, write_results  # noqa: E402
+from train.ladder_report import OUTPUT_OPTIONS, recipe_command, recipe_config, write_results  # noqa: E402
 
 STAGES = ("base", "sft", "grpo", "adrpo")
 
@@ -338,8 +338,7 @@ def _scores(r: dict[str, Any]) -> dict[str, Any]:
 
 # Settings a work folder's stages and caches do not depend on: they may change between sittings.
 # eval_engine is free because the evaluation caches are named by engine.
-FREE_SETTINGS = ("report_only", "results_dir", "work_dir", "adapter_out", "seeds", "rl_save_steps", "sft_save_steps",
-                 "rl_rollout_log", "eval_engine")
+FREE_SETTINGS = (*OUTPUT_OPTIONS, "seeds", "rl_save_steps", "sft_save_steps", "rl_rollout_log", "eval_engine")
 
 
 def work_settings(a: LadderArgs) -> dict[str, Any]:

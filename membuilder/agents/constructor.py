@@ -117,13 +117,14 @@ class MemBuilderPolicy:
         self.sampling = sampling or Sampling(temperature=0.0, max_new_tokens=384)
         self.max_prompt_tokens = max_prompt_tokens
         self.prompts_cut = 0
+        self._length = chat_length(model.count_tokens)
 
     def prompt(self, agent: str, obs: Mapping[str, Any]) -> ChatMessages:
-        if self.max_prompt_tokens is None:
-            return render_prompt(agent, obs)
-        messages = fit_prompt(agent, obs, chat_length(self.model.count_tokens), self.max_prompt_tokens)
-        self.prompts_cut += messages != render_prompt(agent, obs)
-        return messages
+        messages = render_prompt(agent, obs)
+        if self.max_prompt_tokens is None or self._length(messages) <= self.max_prompt_tokens:
+            return messages
+        self.prompts_cut += 1
+        return fit_prompt(agent, obs, self._length, self.max_prompt_tokens)
 
     def act_many(self, observations: Sequence[Mapping[str, Any]], n: int | None = None) -> list[list[dict[str, str]]]:
         """For each observation, ``n`` candidate actions (dicts agent -> raw output)."""

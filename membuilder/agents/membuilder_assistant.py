@@ -15,6 +15,8 @@ from membuilder.memory import MemoryBank
 from membuilder.ops import SEARCHABLE_AGENTS
 
 BANK_DIR = "bank"
+# Longest memory-writing prompt by default: room for a 256-token output in a 4096-token context.
+WRITE_PROMPT_TOKENS = 3840
 
 
 class MemBuilderAssistant(ChatAssistant):
@@ -28,7 +30,7 @@ class MemBuilderAssistant(ChatAssistant):
     name = "membuilder"
 
     def __init__(self, model, embedder, *, write_tokens: int = 384, view_k: int = 20, answer_k: int = 10,
-                 write_model=None, write_prompt_tokens: int | None = 3840, **kwargs):
+                 write_model=None, write_prompt_tokens: int | None = WRITE_PROMPT_TOKENS, **kwargs):
         self.embedder = embedder
         self.write_model = bound(model if write_model is None else write_model, "write")
         self.policy = MemBuilderPolicy(self.write_model, Sampling(temperature=0.0, max_new_tokens=write_tokens),

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from membuilder.agents.assistants import NEEDS_EMBEDDER, make_assistant
+from membuilder.agents.membuilder_assistant import WRITE_PROMPT_TOKENS
 from membuilder.llm import load_chat_model
 from membuilder.llm.embedders import load_embedder
 from membuilder.llm.registry import TRAINED_POLICY, constructor_spec
@@ -60,7 +61,7 @@ class RunConfig:
     seed: int = field(default=0, metadata={"help": "seed of random choices and template follow-ups"})
     reply_tokens: int = field(default=48, metadata={"help": "longest assistant reply"})
     write_tokens: int = field(default=128, metadata={"help": "longest memory-writing output (awe, awi, membuilder, mem0-infer)"})
-    write_prompt_tokens: int = field(default=3840, metadata={
+    write_prompt_tokens: int = field(default=WRITE_PROMPT_TOKENS, metadata={
         "help": "longest membuilder memory-writing prompt; longer ones lose memory-view entries first. Keep "
                 "write_prompt_tokens + write_tokens within the writing model's context (vLLM: its max_model_len)"})
     context_tokens: int = field(default=1024, metadata={"help": "most tokens of memory text in a prompt"})
