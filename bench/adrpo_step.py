@@ -8,7 +8,10 @@ tokens, MemoryGym-v0's evidence reward), run for two optimizer steps in each of:
 - ``hf-bf16``: the policy's frozen base in bfloat16 under LoRA, rollouts from transformers (what
   ``dtype: auto`` picks on CPUs with AMX; not run by default);
 - ``vllm``: the policy as ``dtype: auto`` picks it, rollouts from vLLM's CPU engine colocated in
-  the trainer (configs/train/adrpo_smollm2_cpu_vllm.yaml; needs ``.venv-vllm``).
+  the trainer (configs/train/adrpo_smollm2_cpu_vllm.yaml; needs ``.venv-vllm``);
+- ``vllm-trl-ratio``: the same, with the importance ratio against vLLM from TRL's own no-gradient
+  pass over the completions instead of from the loss pass (``--is_ratio_from_loss false``), to
+  measure what reading it off the loss pass saves.
 
 ``--recipe ladder`` runs the training ladder's RL step instead (``train.ladder.rl_argv`` with the
 defaults of configs/train/ladder_smollm2_cpu.yaml: G = 8, prompts up to 384 tokens, completions up
@@ -18,9 +21,11 @@ as a trained policy's; results go to ``adrpo_step_ladder.json``.
 Each runs in a fresh process. ``generate`` is everything before the reward (weight sync, the
 rollouts, the log-probabilities of the sampling policy), ``score`` the session reward, and
 ``optimise`` the rest of the step (the loss's forward and backward passes and the update).
-Per engine the JSON holds both steps and the mean of the second ones.
+Per engine the JSON holds every step and the mean of the warm ones (all but each process's first).
+``--rounds N`` runs the engine list N times in turn, so engines compared on this shared machine see
+the same load; the warm mean then pools the rounds.
 
-    python bench/adrpo_step.py [--engines hf-fp32,vllm] [--steps 2] [--recipe cpu|ladder]
+    python bench/adrpo_step.py [--engines hf-fp32,vllm] [--steps 2] [--rounds 1] [--recipe cpu|ladder]
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ RUNS = {
     "hf-fp32": ("configs/train/adrpo_smollm2_cpu.yaml", ["--dtype", "float32"]),
     "hf-bf16": ("configs/train/adrpo_smollm2_cpu.yaml", ["--dtype", "bfloat16"]),
     "vllm": ("configs/train/adrpo_smollm2_cpu_vllm.yaml", []),
+    "vllm-trl-ratio": ("configs/train/adrpo_smollm2_cpu_vllm.yaml", ["--is_ratio_from_loss", "false"]),
 }
 DEFAULT_RUNS = "hf-fp32,vllm"
 
@@ -58,7 +64,7 @@ def recipe_argv(recipe: str, engine: str, out: str) -> list[str]:
         return ["--config", config]
     from train.ladder import LadderArgs, rl_argv
 
-    ladder = LadderArgs(adrpo_config=config, rl_engine="vllm" if engine == "vllm" else "transformers")
+    ladder = LadderArgs(adrpo_config=config, rl_engine="vllm" if engine.startswith("vllm") else "transformers")
     return rl_argv(ladder, 0, SHIPPED_ADAPTER, 4.0, Path(out))
 
 
@@ -91,6 +97,13 @@ def measure(engine: str, steps: int, recipe: str = "cpu") -> dict:
             "load_average_at_end": list(os.getloadavg()), "steps": rows}
 
 
+def warm_mean(results: list[dict]) -> dict:
+    """Mean of the warm steps of one engine's runs: each process's first step also warms its engine up."""
+    warm = [step for r in results for step in (r["steps"][1:] or r["steps"])]
+    return {k: round(sum(step[k] for step in warm) / len(warm), 1)
+            for k in ("generate_s", "score_s", "optimise_s", "step_s")}
+
+
 def run_engine(engine: str, steps: int, recipe: str = "cpu") -> dict | None:
     python = python_for(engine)
     if python is None:
@@ -106,6 +119,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engines", default=DEFAULT_RUNS, help=f"some of {', '.join(RUNS)}")
     parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=1, help="run the engine list this many times in turn")
     parser.add_argument("--recipe", choices=("cpu", "ladder"), default="cpu",
                         help="cpu: configs/train/adrpo_smollm2_cpu*.yaml as shipped; ladder: the training ladder's RL step")
     parser.add_argument("--worker", choices=sorted(RUNS), help=argparse.SUPPRESS)
@@ -117,33 +131,44 @@ def main() -> None:
     if args.worker:
         Path(args.out).write_text(json.dumps(measure(args.worker, args.steps, args.recipe)))
         return
-    engines = {}
-    for engine in args.engines.split(","):
+    names = args.engines.split(",")
+    for engine in names:
         if engine not in RUNS:
             raise SystemExit(f"unknown engine {engine!r}; use {sorted(RUNS)}")
-        result = run_engine(engine, args.steps, args.recipe)
-        if result is not None:
-            warm = result["steps"][1:] or result["steps"]  # the first step also warms the engine up
-            result["warm_mean"] = {k: round(sum(r[k] for r in warm) / len(warm), 1)
-                                   for k in ("generate_s", "score_s", "optimise_s", "step_s")}
-            engines[engine] = result
-            print(json.dumps({engine: result["warm_mean"]}), flush=True)
+    runs: dict[str, list[dict]] = {}
+    for round_ in range(args.rounds):
+        for engine in names:
+            result = run_engine(engine, args.steps, args.recipe)
+            if result is not None:
+                result["round"] = round_
+                runs.setdefault(engine, []).append(result)
+                print(json.dumps({engine: warm_mean([result]), "round": round_}), flush=True)
+    engines = {}
+    for engine, results in runs.items():
+        engines[engine] = {**results[0], "warm_mean": warm_mean(results), "warm_steps": sum(
+            len(r["steps"][1:] or r["steps"]) for r in results)}
+        if len(results) > 1:
+            engines[engine]["rounds"] = results
     what = ("one ADRPO step of configs/train/adrpo_smollm2_cpu.yaml (SmolLM2-135M, LoRA, G=2, 4 agents)"
             if args.recipe == "cpu" else
             "one ADRPO step of the training ladder (SmolLM2-135M, LoRA, G=8, 4 agents, 384-token prompts, up to 256 new "
             "tokens), continuing the shipped adapter")
-    result = {"what": what, "recipe": args.recipe,
+    result = {"what": what, "recipe": args.recipe, "rounds": args.rounds,
               "cpu_count": os.cpu_count(), "engines": engines}
     if "hf-fp32" in engines:
         base = engines["hf-fp32"]["warm_mean"]["step_s"]
         for engine in engines:
             result[f"step_speedup_{engine.replace('-', '_')}"] = round(base / engines[engine]["warm_mean"]["step_s"], 2)
+    if "vllm" in engines and "vllm-trl-ratio" in engines:
+        ours, trls = engines["vllm"]["warm_mean"], engines["vllm-trl-ratio"]["warm_mean"]
+        result["ratio_from_loss_step_speedup"] = round(trls["step_s"] / ours["step_s"], 2)
+        result["ratio_from_loss_generate_saved_s"] = round(trls["generate_s"] - ours["generate_s"], 1)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-    print(f"{'engine':<10}{'generate s':>12}{'score s':>10}{'optimise s':>12}{'step s':>9}")
+    print(f"{'engine':<16}{'generate s':>12}{'score s':>10}{'optimise s':>12}{'step s':>9}")
     for engine, res in engines.items():
         m = res["warm_mean"]
-        print(f"{engine:<10}{m['generate_s']:>12.1f}{m['score_s']:>10.2f}{m['optimise_s']:>12.1f}{m['step_s']:>9.1f}")
+        print(f"{engine:<16}{m['generate_s']:>12.1f}{m['score_s']:>10.2f}{m['optimise_s']:>12.1f}{m['step_s']:>9.1f}")
 
 
 if __name__ == "__main__":

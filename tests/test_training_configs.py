@@ -128,11 +128,17 @@ def test_the_rl_step_benchmark_runs_the_ladders_step_on_each_engine_as_named(mon
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
     sys.modules.pop("adrpo_step", None)
     import adrpo_step
+    from trl import ModelConfig
 
-    for engine in ("hf-fp32", "hf-bf16", "vllm"):
-        argv = adrpo_step.recipe_argv("ladder", engine, str(tmp_path))
-        assert ("--use_vllm" in argv) == (engine == "vllm"), engine
+    from membuilder.training.adrpo import ADRPOConfig
+
+    for engine in ("hf-fp32", "hf-bf16", "vllm", "vllm-trl-ratio"):
+        argv = [*adrpo_step.recipe_argv("ladder", engine, str(tmp_path)), *adrpo_step.RUNS[engine][1]]
+        assert ("--use_vllm" in argv) == engine.startswith("vllm"), engine
         assert argv[argv.index("--num_generations") + 1] == "8"
+        _, args, _ = TrlParser((adrpo.ADRPOScriptArgs, ADRPOConfig, ModelConfig)).parse_args_and_config(argv)
+        # the two vLLM runs differ only in where the importance ratio comes from
+        assert args.is_ratio_from_loss == (engine != "vllm-trl-ratio"), engine
     assert adrpo_step.recipe_argv("cpu", "vllm", str(tmp_path)) == ["--config", "configs/train/adrpo_smollm2_cpu_vllm.yaml"]
 
 
