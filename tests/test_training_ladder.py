@@ -67,12 +67,21 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
             assert [p["step"] for p in r["curve"]] == [0, 1, 2]
             assert [p["train_reward"] is not None for p in r["curve"]] == [False, True, True]
             assert all(p["held_out_reward"] is not None for p in r["curve"])
+            # the learning signal read off the run's rollout log: 2 steps of one session, 4 agents x G = 2
+            signal = r["train_signal"]
+            assert signal["steps"] == 2 and signal["window"] == 1 and signal["agent_prompts"] == 2 * 4
+            train = {p["step"]: p["train_reward"] for p in r["curve"]}
+            assert signal["first"]["mean"] == pytest.approx(train[1], abs=1e-4)
+            assert signal["last"]["mean"] == pytest.approx(train[2], abs=1e-4)
+        else:
+            assert r["train_signal"] is None
     # the tiny model cannot write JSON: it runs every output to the token limit
     assert saved[0]["cut_rate"] == {a: 1.0 for a in AGENTS}
     for name in ("ladder.png", "ladder_curves.png"):
         assert (tmp_path / "results" / name).stat().st_size > 10_000
     md = (tmp_path / "results" / "ladder.md").read_text()
     assert "| adrpo | 1 |" in md and "SFT above base" in md
+    assert "Learning signal" in md and "GRPO seed 1, train reward over the first 1 of 2 steps" in md
     assert "Oracle outputs longer than the 8-token completion limit: train 2 sessions: core 2" in md
     # SFT never saw the held-out user's sessions; RL continued the SFT adapter
     sft_rows = [json.loads(x) for x in (tmp_path / "work" / "sft" / "sft_rows.jsonl").read_text().splitlines()]

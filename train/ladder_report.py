@@ -12,6 +12,7 @@ from typing import Any
 from membuilder.ops import AGENTS
 from memgym_env.interactive.run_files import write_json
 from train.bootstrap import bootstrap_ci, separated
+from train.rl_signal import signal_line
 
 STAGES = ("base", "sft", "grpo", "adrpo")
 
@@ -254,6 +255,11 @@ def write_results(a, rows: list[dict[str, Any]], seconds: float, argv: list[str]
           *([oracle_note(oracle), ""] if oracle else []),
           table(rows), "", "Goals, read off the intervals:", ""]
     md += [f"- {v}" for v in verdicts(rows)]
+    signals = [(r["stage"], r["seed"], r["train_signal"]) for r in [*rows, *progress] if r.get("train_signal")]
+    if signals:
+        md += ["", "Learning signal, from each RL run's rollout log (intervals: 95% bootstraps over steps; "
+                   "`train.rl_signal`):", ""]
+        md += [f"- {signal_line(*s)}" for s in signals]
     if progress:
         md += ["", f"RL runs stopped part-way (resumed by the next `make ladder`; curves in {paths['curves'].name}, "
                    f"points in {paths['progress'].name}):", ""]
