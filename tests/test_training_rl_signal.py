@@ -60,3 +60,44 @@ def test_a_damaged_rollout_log_is_named_with_its_line(tmp_path):
     _log(tmp_path, {0: {a: [1.0] for a in AGENTS}}, extra=[{"mode": "train", "step": 1, "agent": "core"}])
     with pytest.raises(ValueError, match=r"rollouts\.0\.jsonl: line 5 .*session_key"):
         rl_signal(tmp_path)
+
+
+def test_two_runs_are_compared_step_by_step_where_they_drew_the_same_sessions(tmp_path):
+    from train.rl_signal import paired_line, paired_train_difference
+
+    adrpo, grpo = tmp_path / "adrpo", tmp_path / "grpo"
+    adrpo.mkdir()
+    grpo.mkdir()
+    _log(adrpo, {s: {a: [0.25 * (s % 3), 0.0] for a in AGENTS} for s in range(8)})
+    _log(grpo, {s: {a: [0.25 * (s % 3) + 0.5, 0.0] for a in AGENTS} for s in range(8)})
+    d = paired_train_difference(adrpo, grpo)
+    # each step's mean is (x + 0) / 2, so GRPO's is 0.25 higher at every step whatever the session's level
+    assert d["steps"] == 8 and d["mean"] == pytest.approx(0.25) and d["ci"] == [0.25, 0.25]
+    assert d["last_steps"] == 2 and d["last_mean"] == pytest.approx(0.25)
+    assert "+0.250 [0.250, 0.250] (above) over 8 steps" in paired_line("GRPO seed 0", "ADRPO seed 0", d)
+    assert paired_train_difference(adrpo, grpo, until=3)["steps"] == 3
+    # a step whose sessions differ between the runs is not a pair
+    (grpo / "rollouts.0.jsonl").write_text((grpo / "rollouts.0.jsonl").read_text().replace("p0-s5", "p1-s5"))
+    assert paired_train_difference(adrpo, grpo)["steps"] == 7
+
+
+def test_the_dominant_memory_type_comes_from_the_runs_logged_metrics(tmp_path):
+    from train.rl_signal import dominant_shares
+
+    def entry(step, semantic):
+        return {"step": step, "adrpo/dominant_episodic": 1.0 - semantic, "adrpo/dominant_semantic": semantic,
+                "adrpo/dominant_procedural": 0.0, "adrpo/dominant_none": 0.0}
+
+    assert dominant_shares(tmp_path) is None
+    # a run stopped part-way: its last checkpoint's trainer state holds the log
+    for step, history in ((2, [entry(1, 1.0), entry(2, 0.5)]), (10, [entry(1, 1.0), entry(2, 0.5), entry(3, 0.0)])):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps({"log_history": history}))
+    assert dominant_shares(tmp_path)["semantic"] == 0.5  # checkpoint-10, not the lexically last checkpoint-2
+    assert dominant_shares(tmp_path, until=2)["semantic"] == 0.75
+    # a finished run: its log_history.json, with the trainer's closing summary that has no such metric
+    (tmp_path / "log_history.json").write_text(json.dumps([entry(1, 1.0), {"step": 1, "train_loss": 0.1}]))
+    assert dominant_shares(tmp_path) == {"episodic": 0.0, "semantic": 1.0, "procedural": 0.0, "none": 0.0}
+    _log(tmp_path, {0: {a: [1.0, 0.0] for a in AGENTS}})
+    assert "Dominant memory type (ADRPO's alpha goes to its agent): semantic 100%" in signal_line(
+        "adrpo", 0, rl_signal(tmp_path))

@@ -12,7 +12,7 @@ from typing import Any
 from membuilder.ops import AGENTS
 from memgym_env.interactive.run_files import write_json
 from train.bootstrap import bootstrap_ci, separated
-from train.rl_signal import signal_line
+from train.rl_signal import paired_line, paired_train_difference, signal_line
 
 STAGES = ("base", "sft", "grpo", "adrpo")
 
@@ -187,6 +187,21 @@ def progress_lines(progress: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def paired_lines(a, rows: list[dict[str, Any]], progress: list[dict[str, Any]] = ()) -> list[str]:
+    """Per seed, GRPO's train reward minus ADRPO's, paired by step: both runs of a seed draw the same sessions.
+    A run stopped part-way counts up to its last checkpoint."""
+    runs = {(r["stage"], r["seed"]): r for r in [*rows, *progress] if r.get("train_signal")}
+    out = []
+    for seed in sorted({seed for _, seed in runs}):
+        if ("adrpo", seed) in runs and ("grpo", seed) in runs:
+            until = min(runs[(stage, seed)].get("step") or a.rl_steps for stage in ("adrpo", "grpo"))
+            seed_dir = Path(a.work_dir) / f"seed{seed}"
+            d = paired_train_difference(seed_dir / "adrpo", seed_dir / "grpo", until=until)
+            if d:
+                out.append(paired_line(f"GRPO seed {seed}", f"ADRPO seed {seed}", d))
+    return out
+
+
 def _vllm_version() -> str:
     import importlib.metadata as md
 
@@ -260,6 +275,7 @@ def write_results(a, rows: list[dict[str, Any]], seconds: float, argv: list[str]
         md += ["", "Learning signal, from each RL run's rollout log (intervals: 95% bootstraps over steps; "
                    "`train.rl_signal`):", ""]
         md += [f"- {signal_line(*s)}" for s in signals]
+        md += [f"- {line}" for line in paired_lines(a, rows, progress)]
     if progress:
         md += ["", f"RL runs stopped part-way (resumed by the next `make ladder`; curves in {paths['curves'].name}, "
                    f"points in {paths['progress'].name}):", ""]

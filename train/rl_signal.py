@@ -39,6 +39,24 @@ def read_rollouts(folder: Path) -> list[dict[str, Any]]:
     return records
 
 
+def _log_history(folder: Path) -> list[dict[str, Any]]:
+    """The run's logged metrics: ``log_history.json`` of a finished run, else its last checkpoint's."""
+    if (folder / "log_history.json").exists():
+        return json.loads((folder / "log_history.json").read_text(encoding="utf-8"))
+    states = sorted(folder.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1]))
+    return json.loads(states[-1].read_text(encoding="utf-8"))["log_history"] if states else []
+
+
+def dominant_shares(folder: Path, until: int | None = None) -> dict[str, float] | None:
+    """How often each memory type held most of the retrieved entries (ADRPO's alpha goes to its agent), averaged
+    over the logged steps; logged under GRPO too, where alpha is 1. None when the run logged none."""
+    steps = [e for e in _log_history(folder) if "adrpo/dominant_none" in e and (until is None or e["step"] <= until)]
+    if not steps:
+        return None
+    names = [k.removeprefix("adrpo/dominant_") for k in steps[0] if k.startswith("adrpo/dominant_")]
+    return {n: round(sum(float(e.get(f"adrpo/dominant_{n}", 0.0)) for e in steps) / len(steps), 4) for n in names}
+
+
 def _window(values_by_step: dict[int, list[float]], steps: list[int]) -> dict[str, Any]:
     """Mean over ``steps`` of each step's mean reward, with a bootstrap interval that resamples steps."""
     means = [sum(values_by_step[s]) / len(values_by_step[s]) for s in steps if values_by_step.get(s)]
@@ -68,7 +86,7 @@ def rl_signal(folder: Path, window: int | None = None, until: int | None = None)
     alike = {key: max(v) == min(v) for key, v in groups.items()}
     per_agent_alike = {a: [same for (_, _, agent), same in alike.items() if agent == a] for a in AGENTS}
     return {
-        "steps": len(steps), "window": window,
+        "steps": len(steps), "window": window, "dominant": dominant_shares(Path(folder), until),
         "first": _window(by_step, first), "last": _window(by_step, last),
         "per_agent": {a: {"first": _window(by_agent_step[a], first), "last": _window(by_agent_step[a], last)}
                       for a in AGENTS},
@@ -77,6 +95,43 @@ def rl_signal(folder: Path, window: int | None = None, until: int | None = None)
         "frac_prompts_alike_per_agent": {a: round(sum(v) / len(v), 4) if v else None
                                          for a, v in per_agent_alike.items()},
     }
+
+
+def _step_rewards(folder: Path, until: int | None = None) -> tuple[dict[int, float], dict[int, tuple[str, ...]]]:
+    """Each step's mean reward over its rollouts, and the sessions it drew."""
+    rewards: dict[int, list[float]] = defaultdict(list)
+    sessions: dict[int, set[str]] = defaultdict(set)
+    for r in read_rollouts(Path(folder)):
+        if until is None or r["step"] < until:
+            rewards[r["step"]].append(r["reward"])
+            sessions[r["step"]].add(r["session"])
+    return ({s: sum(v) / len(v) for s, v in rewards.items()}, {s: tuple(sorted(v)) for s, v in sessions.items()})
+
+
+def paired_train_difference(folder_a: Path, folder_b: Path, until: int | None = None) -> dict[str, Any] | None:
+    """Train reward of run ``b`` minus run ``a``, step by step over the steps where both drew the same sessions.
+
+    Two runs of one seed (ADRPO and GRPO) draw the same sessions in the same order, so pairing by step removes
+    the session's difficulty, which dominates a step's reward; the interval resamples steps. None when no step
+    pairs up."""
+    ra, sa = _step_rewards(folder_a, until)
+    rb, sb = _step_rewards(folder_b, until)
+    steps = sorted(s for s in ra.keys() & rb.keys() if sa[s] == sb[s])
+    if not steps:
+        return None
+    diffs = [rb[s] - ra[s] for s in steps]
+    last = diffs[-max(1, len(diffs) // 4):]
+    return {"steps": len(steps), "mean": round(sum(diffs) / len(diffs), 4), "ci": bootstrap_ci(diffs),
+            "last_steps": len(last), "last_mean": round(sum(last) / len(last), 4), "last_ci": bootstrap_ci(last)}
+
+
+def paired_line(name_b: str, name_a: str, d: dict[str, Any]) -> str:
+    """One readable line of ``paired_train_difference``'s result."""
+    def part(mean, ci):
+        word = "above" if ci[0] > 0 else "below" if ci[1] < 0 else "zero inside"
+        return f"{mean:+.3f} [{ci[0]:.3f}, {ci[1]:.3f}] ({word})"
+    return (f"{name_b} - {name_a}, train reward paired by step (the same sessions): {part(d['mean'], d['ci'])} over "
+            f"{d['steps']} steps; over the last {d['last_steps']}: {part(d['last_mean'], d['last_ci'])}")
 
 
 def _mean_ci(part: dict[str, Any]) -> str:
@@ -96,4 +151,11 @@ def signal_line(stage: str, seed: int, signal: dict[str, Any]) -> str:
     return (f"{stage.upper()} seed {seed}, train reward over the first {w} of {n} steps -> the last {w}: "
             f"{_mean_ci(first)} -> {_mean_ci(last)} ({moved}); per agent: {agents}. "
             f"No gradient (all G rollouts alike) in {signal['frac_prompts_alike']:.0%} of "
-            f"{signal['agent_prompts']} agent prompts")
+            f"{signal['agent_prompts']} agent prompts" + _dominant_note(signal.get("dominant")))
+
+
+def _dominant_note(dominant: dict[str, float] | None) -> str:
+    if not dominant:
+        return ""
+    shares = ", ".join(f"{n} {v:.0%}" for n, v in sorted(dominant.items(), key=lambda kv: -kv[1]) if v)
+    return f". Dominant memory type (ADRPO's alpha goes to its agent): {shares}"
