@@ -85,6 +85,9 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
     # the seed's two runs drew the same sessions, so their train rewards pair up step by step
     assert "GRPO seed 0 - ADRPO seed 0, train reward paired by step (the same sessions)" in md
     assert "GRPO seed 1 - ADRPO seed 1, train reward paired by step" in md
+    for r in saved:
+        if r["stage"] == "grpo":  # the pairs, step by step, as the curves' third panel draws them
+            assert [p["step"] for p in r["train_vs_adrpo"]["per_step"]] == [1, 2]
     assert "Oracle outputs longer than the 8-token completion limit: train 2 sessions: core 2" in md
     # SFT never saw the held-out user's sessions; RL continued the SFT adapter
     sft_rows = [json.loads(x) for x in (tmp_path / "work" / "sft" / "sft_rows.jsonl").read_text().splitlines()]

@@ -74,6 +74,7 @@ def test_two_runs_are_compared_step_by_step_where_they_drew_the_same_sessions(tm
     # each step's mean is (x + 0) / 2, so GRPO's is 0.25 higher at every step whatever the session's level
     assert d["steps"] == 8 and d["mean"] == pytest.approx(0.25) and d["ci"] == [0.25, 0.25]
     assert d["last_steps"] == 2 and d["last_mean"] == pytest.approx(0.25)
+    assert d["per_step"][0] == {"step": 1, "difference": 0.25} and len(d["per_step"]) == 8  # by update, as curves
     assert "+0.250 [0.250, 0.250] (above) over 8 steps" in paired_line("GRPO seed 0", "ADRPO seed 0", d)
     assert paired_train_difference(adrpo, grpo, until=3)["steps"] == 3
     # a step whose sessions differ between the runs is not a pair

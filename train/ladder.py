@@ -42,7 +42,7 @@ from memgym_env.construction_config import ConstructionConfig  # noqa: E402
 from train import adrpo, sft  # noqa: E402
 from train.ladder_evaluator import ENGINE_CONTEXT, Evaluator, cached_json, oracle_over_limit  # noqa: E402
 from train.ladder_report import OUTPUT_OPTIONS, recipe_command, recipe_config, write_results  # noqa: E402
-from train.rl_signal import rl_signal  # noqa: E402
+from train.rl_signal import paired_train_difference, rl_signal  # noqa: E402
 
 STAGES = ("base", "sft", "grpo", "adrpo")
 
@@ -274,6 +274,19 @@ def run_progress(folder: Path, stage: str, seed: int, start: dict[str, Any], cur
             "curve": _curve_rows(_train_rewards(state["log_history"]), {0: _subset_mean(start, curve_keys)}, points)}
 
 
+def pair_seeds(work: Path, runs: list[dict[str, Any]], steps: int) -> None:
+    """Give each seed's GRPO row (finished or stopped part-way) ``train_vs_adrpo``: its train reward minus ADRPO's,
+    paired by step (a seed's two runs draw the same sessions), up to the step both have reached."""
+    by = {(r["stage"], r["seed"]): r for r in runs}
+    for (stage, seed), grpo in by.items():
+        adrpo = by.get(("adrpo", seed))
+        if stage != "grpo" or adrpo is None:
+            continue
+        until = min(adrpo.get("step", steps), grpo.get("step", steps))  # "step": where a stopped run stands
+        grpo["train_vs_adrpo"] = paired_train_difference(work / f"seed{seed}" / "adrpo",
+                                                         work / f"seed{seed}" / "grpo", until=until)
+
+
 def _subset_mean(res: dict[str, Any], keys: list[str]) -> float:
     by_key = dict(zip(res["session_keys"], res["session_rewards"]["evidence"], strict=True))
     return round(sum(by_key[k] for k in keys) / len(keys), 4)
@@ -385,6 +398,7 @@ def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
     t_start = time.perf_counter()
 
     def publish():
+        pair_seeds(work, [*rows, *progress], a.rl_steps)
         (work / "timings.json").write_text(json.dumps(timings, indent=1), encoding="utf-8")
         write_results(a, rows, time.perf_counter() - t_start, argv, timings, oracle, progress)
 

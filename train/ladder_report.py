@@ -12,7 +12,7 @@ from typing import Any
 from membuilder.ops import AGENTS
 from memgym_env.interactive.run_files import write_json
 from train.bootstrap import bootstrap_ci, separated
-from train.rl_signal import paired_line, paired_train_difference, signal_line
+from train.rl_signal import paired_line, signal_line
 
 STAGES = ("base", "sft", "grpo", "adrpo")
 
@@ -129,7 +129,8 @@ def plot_curves(rows: list[dict[str, Any]], path: Path, progress: list[dict[str,
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    pairs = [r for r in (*rows, *progress) if r.get("train_vs_adrpo")]
+    fig, axes = plt.subplots(1, 3 if pairs else 2, figsize=(16.5 if pairs else 11, 4))
     seeds = sorted({r["seed"] for r in (*rows, *progress) if r.get("curve")})
     for r in (*rows, *progress):
         if not r.get("curve"):
@@ -148,6 +149,15 @@ def plot_curves(rows: list[dict[str, Any]], path: Path, progress: list[dict[str,
         held = [(p["step"], p["held_out_reward"]) for p in r["curve"] if p.get("held_out_reward") is not None]
         if held:
             axes[1].plot(*zip(*held, strict=True), ls, color=color, marker="o", ms=4, label=label)
+    for r in pairs:
+        diffs = [(p["step"], p["difference"]) for p in r["train_vs_adrpo"]["per_step"]]
+        ys = [d for _, d in diffs]
+        running = [sum(ys[:i + 1]) / (i + 1) for i in range(len(ys))]
+        axes[2].plot([s for s, _ in diffs], ys, color=f"C{r['seed']}", alpha=0.25, lw=1)
+        axes[2].plot([s for s, _ in diffs], running, color=f"C{r['seed']}", lw=2, label=f"seed {r['seed']}")
+    if pairs:
+        axes[2].axhline(0.0, color="black", lw=0.8)
+        axes[2].set_title("GRPO - ADRPO train reward, same session each step (line: mean so far)", fontsize=10)
     axes[0].set_title("train reward per step (4 agents x G rollouts; line: 10-step mean)", fontsize=10)
     axes[1].set_title("held-out evidence reward (greedy, same sessions at every point)", fontsize=10)
     for ax in axes:
@@ -187,19 +197,10 @@ def progress_lines(progress: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def paired_lines(a, rows: list[dict[str, Any]], progress: list[dict[str, Any]] = ()) -> list[str]:
-    """Per seed, GRPO's train reward minus ADRPO's, paired by step: both runs of a seed draw the same sessions.
-    A run stopped part-way counts up to its last checkpoint."""
-    runs = {(r["stage"], r["seed"]): r for r in [*rows, *progress] if r.get("train_signal")}
-    out = []
-    for seed in sorted({seed for _, seed in runs}):
-        if ("adrpo", seed) in runs and ("grpo", seed) in runs:
-            until = min(runs[(stage, seed)].get("step") or a.rl_steps for stage in ("adrpo", "grpo"))
-            seed_dir = Path(a.work_dir) / f"seed{seed}"
-            d = paired_train_difference(seed_dir / "adrpo", seed_dir / "grpo", until=until)
-            if d:
-                out.append(paired_line(f"GRPO seed {seed}", f"ADRPO seed {seed}", d))
-    return out
+def paired_lines(runs: list[dict[str, Any]]) -> list[str]:
+    """Per seed, GRPO's train reward minus ADRPO's, paired by step (``ladder.pair_seeds``)."""
+    return [paired_line(f"GRPO seed {r['seed']}", f"ADRPO seed {r['seed']}", r["train_vs_adrpo"])
+            for r in runs if r.get("train_vs_adrpo")]
 
 
 def _vllm_version() -> str:
@@ -275,7 +276,7 @@ def write_results(a, rows: list[dict[str, Any]], seconds: float, argv: list[str]
         md += ["", "Learning signal, from each RL run's rollout log (intervals: 95% bootstraps over steps; "
                    "`train.rl_signal`):", ""]
         md += [f"- {signal_line(*s)}" for s in signals]
-        md += [f"- {line}" for line in paired_lines(a, rows, progress)]
+        md += [f"- {line}" for line in paired_lines([*rows, *progress])]
     if progress:
         md += ["", f"RL runs stopped part-way (resumed by the next `make ladder`; curves in {paths['curves'].name}, "
                    f"points in {paths['progress'].name}):", ""]

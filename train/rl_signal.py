@@ -122,7 +122,9 @@ def paired_train_difference(folder_a: Path, folder_b: Path, until: int | None = 
     diffs = [rb[s] - ra[s] for s in steps]
     last = diffs[-max(1, len(diffs) // 4):]
     return {"steps": len(steps), "mean": round(sum(diffs) / len(diffs), 4), "ci": bootstrap_ci(diffs),
-            "last_steps": len(last), "last_mean": round(sum(last) / len(last), 4), "last_ci": bootstrap_ci(last)}
+            "last_steps": len(last), "last_mean": round(sum(last) / len(last), 4), "last_ci": bootstrap_ci(last),
+            # keyed by the update a step's rollouts made (1-based), as the curves are
+            "per_step": [{"step": s + 1, "difference": round(d, 4)} for s, d in zip(steps, diffs, strict=True)]}
 
 
 def paired_line(name_b: str, name_a: str, d: dict[str, Any]) -> str:
