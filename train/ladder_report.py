@@ -59,7 +59,7 @@ def verdicts(rows: list[dict[str, Any]]) -> list[str]:
                 a_ci, g_ci = r["reward_evidence_ci"], g["reward_evidence_ci"]
                 word = ("above" if separated(g_ci, a_ci) else "below" if separated(a_ci, g_ci)
                         else "not told apart from")
-                out.append(f"ADRPO (alpha 4) seed {seed} {word} GRPO (alpha 1): {r['reward_evidence']:.3f} "
+                out.append(f"ADRPO (alpha 4) seed {seed} {word} GRPO (alpha 1) by their intervals: {r['reward_evidence']:.3f} "
                            f"{_ci(a_ci)} vs {g['reward_evidence']:.3f} {_ci(g_ci)}{_paired_note(g, r)}")
         if stage == "grpo" and sft:
             out.append(f"GRPO seed {seed} against SFT: {r['reward_evidence']:.3f} {_ci(r['reward_evidence_ci'])}"
