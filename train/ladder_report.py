@@ -94,7 +94,11 @@ def plot(rows: list[dict[str, Any]], path: Path, model: str = "") -> None:
     import matplotlib.pyplot as plt
 
     labels = [f"{r['stage']}\nseed {r['seed']}" if r["stage"] in ("grpo", "adrpo") else r["stage"] for r in rows]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4), gridspec_kw={"width_ratios": [1.6, 1, 1]})
+    sft = next((r for r in rows if r["stage"] == "sft"), None)
+    rl = [(r, paired_difference(sft, r)) for r in rows if sft and r["stage"] in ("grpo", "adrpo")]
+    rl = [(r, d) for r, d in rl if d]
+    fig, axes = plt.subplots(1, 4 if rl else 3, figsize=(19 if rl else 15, 4),
+                             gridspec_kw={"width_ratios": [1.6, 1, 1, 1] if rl else [1.6, 1, 1]})
     ax = axes[0]
     width = 0.8 / len(AGENTS)
     for j, agent in enumerate(AGENTS):
@@ -105,7 +109,7 @@ def plot(rows: list[dict[str, Any]], path: Path, model: str = "") -> None:
     ax.set_ylim(0, 1.05)
     ax.set_title("JSON validity per agent (dashed: the 90% goal)", fontsize=10)
     ax.legend(fontsize=7, ncol=4, loc="lower right")
-    for ax, (title, key) in zip(axes[1:], [("held-out evidence reward, 95% CI", "reward_evidence"),
+    for ax, (title, key) in zip(axes[1:3], [("held-out evidence reward, 95% CI", "reward_evidence"),
                                           ("interactive memory score, 95% CI", "memory_score")], strict=True):
         for x, r in enumerate(rows):
             v, ci = r.get(key), r.get(f"{key}_ci")
@@ -115,6 +119,16 @@ def plot(rows: list[dict[str, Any]], path: Path, model: str = "") -> None:
             ax.errorbar([x], [v], yerr=err, fmt="o", color=f"C{STAGES.index(r['stage'])}", capsize=4)
         ax.set_xticks(range(len(rows)), labels, fontsize=7)
         ax.set_title(title, fontsize=10)
+    if rl:
+        # the unpaired intervals share the spread between easy and hard sessions; the paired ones do not
+        ax = axes[3]
+        for x, (r, d) in enumerate(rl):
+            ax.errorbar([x], [d["mean"]], yerr=[[d["mean"] - d["ci"][0]], [d["ci"][1] - d["mean"]]], fmt="o",
+                        color=f"C{STAGES.index(r['stage'])}", capsize=4)
+        ax.axhline(0.0, color="black", lw=0.8)
+        ax.set_xlim(-0.6, len(rl) - 0.4)
+        ax.set_xticks(range(len(rl)), [f"{r['stage']}\nseed {r['seed']}" for r, _ in rl], fontsize=7)
+        ax.set_title("RL minus SFT, paired by session, 95% CI", fontsize=10)
     n = rows[0]["held_out_sessions"] if rows else 0
     fig.suptitle(f"{model}: {n} held-out sessions of {len(rows[0]['held_out_users']) if rows else 0} held-out users",
                  fontsize=10)
