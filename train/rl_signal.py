@@ -43,8 +43,11 @@ def _log_history(folder: Path) -> list[dict[str, Any]]:
     """The run's logged metrics: ``log_history.json`` of a finished run, else its last checkpoint's."""
     if (folder / "log_history.json").exists():
         return json.loads((folder / "log_history.json").read_text(encoding="utf-8"))
-    states = sorted(folder.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1]))
-    return json.loads(states[-1].read_text(encoding="utf-8"))["log_history"] if states else []
+    from transformers.trainer_utils import get_last_checkpoint
+
+    last = get_last_checkpoint(str(folder)) if folder.is_dir() else None
+    state = Path(last) / "trainer_state.json" if last else None
+    return json.loads(state.read_text(encoding="utf-8"))["log_history"] if state and state.exists() else []
 
 
 def dominant_shares(folder: Path, until: int | None = None) -> dict[str, float] | None:
