@@ -73,11 +73,17 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
             train = {p["step"]: p["train_reward"] for p in r["curve"]}
             assert signal["first"]["mean"] == pytest.approx(train[1], abs=1e-4)
             assert signal["last"]["mean"] == pytest.approx(train[2], abs=1e-4)
+            # what the run's rollouts wrote: 2 steps, G = 2 rollouts of each agent a step
+            actions = r["train_actions"]
+            assert actions["steps"] == 2 and actions["agents"]["semantic"]["first"]["rollouts"] == 2
         else:
-            assert r["train_signal"] is None
+            assert r["train_signal"] is None and r["train_actions"] is None
+        # every stage's held-out outputs by kind of operation
+        assert all(a["outputs"] == 3 for a in r["held_out_actions"].values())
+    assert saved[0]["held_out_actions"]["core"]["shares"]["invalid"] == 1.0  # the base tiny model writes no JSON
     # the tiny model cannot write JSON: it runs every output to the token limit
     assert saved[0]["cut_rate"] == {a: 1.0 for a in AGENTS}
-    for name in ("ladder.png", "ladder_curves.png"):
+    for name in ("ladder.png", "ladder_curves.png", "ladder_actions.png"):
         assert (tmp_path / "results" / name).stat().st_size > 10_000
     md = (tmp_path / "results" / "ladder.md").read_text()
     assert "| adrpo | 1 |" in md and "SFT above base" in md
@@ -85,6 +91,8 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
     # the seed's two runs drew the same sessions, so their train rewards pair up step by step
     assert "GRPO seed 0 - ADRPO seed 0, train reward paired by step (the same sessions)" in md
     assert "GRPO seed 1 - ADRPO seed 1, train reward paired by step" in md
+    assert "What the policies write" in md and "- SFT, 3 held-out outputs per agent: core " in md
+    assert "- GRPO seed 1, sampled rollouts, the first 1 of 2 steps -> the last 1" in md
     for r in saved:
         if r["stage"] == "grpo":  # the pairs, step by step, as the curves' third panel draws them
             assert [p["step"] for p in r["train_vs_adrpo"]["per_step"]] == [1, 2]
@@ -224,6 +232,8 @@ def test_a_stopped_rl_run_resumes_from_its_last_checkpoint(tiny_path, tmp_path, 
     assert [(c["step"], c["train_reward"] is not None, c["held_out_reward"] is not None)
             for c in progress["curve"]] == [(0, False, True), (1, True, True), (2, True, True)]
     assert progress["curve"][0]["held_out_reward"] == 0.375  # the start's mean over the curve's sessions
+    # what its rollouts wrote, read on the two updates its checkpoint holds (step 2's rollouts come after it)
+    assert progress["train_actions"]["steps"] == 2 and progress["train_signal"]["steps"] == 2
     (line,) = progress_lines([progress])
     assert line.startswith("ADRPO seed 0: stopped at step 2 of 3") and "(step 2)" in line
     plot_curves([], tmp_path / "curves.png", [progress])

@@ -42,6 +42,7 @@ from memgym_env.construction_config import ConstructionConfig  # noqa: E402
 from train import adrpo, sft  # noqa: E402
 from train.ladder_evaluator import ENGINE_CONTEXT, Evaluator, cached_json, oracle_over_limit  # noqa: E402
 from train.ladder_report import OUTPUT_OPTIONS, recipe_command, recipe_config, write_results  # noqa: E402
+from train.policy_actions import held_out_actions, rollout_actions  # noqa: E402
 from train.rl_signal import paired_train_difference, rl_signal  # noqa: E402
 
 STAGES = ("base", "sft", "grpo", "adrpo")
@@ -270,7 +271,7 @@ def run_progress(folder: Path, stage: str, seed: int, start: dict[str, Any], cur
               if p["step"] <= step]
     return {"stage": stage, "seed": seed, "step": step, "steps": steps,
             "train_seconds": clock.get("at_checkpoint", {}).get(Path(last).name),
-            "train_signal": rl_signal(folder, until=step),
+            "train_signal": rl_signal(folder, until=step), "train_actions": rollout_actions(folder, until=step),
             "curve": _curve_rows(_train_rewards(state["log_history"]), {0: _subset_mean(start, curve_keys)}, points)}
 
 
@@ -308,8 +309,10 @@ def _curve_rows(train: dict[int, float], held: dict[int, float], points: list[di
 
 
 def row(stage: str, seed: int, res: dict[str, Any], users: list[str], seconds: float | None,
-        curve: list[dict[str, Any]] | None = None, signal: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One stage's row of results/ladder.json; RL rows add their curve and ``train.rl_signal``'s summary."""
+        curve: list[dict[str, Any]] | None = None, signal: dict[str, Any] | None = None,
+        actions: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One stage's row of results/ladder.json; RL rows add their curve, ``train.rl_signal``'s summary and
+    ``train.policy_actions``' reading of their rollouts."""
     return {"stage": stage, "seed": seed, "valid_rate": res["valid_rate"], "cut_rate": res.get("cut_rate"),
             "reward_evidence": res["reward"]["evidence"], "reward_evidence_ci": res["reward_ci"]["evidence"],
             "reward_choice": res["reward"].get("choice"), "reward_choice_ci": res["reward_ci"].get("choice"),
@@ -317,7 +320,8 @@ def row(stage: str, seed: int, res: dict[str, Any], users: list[str], seconds: f
             "held_out_sessions": res["sessions"], "memory_score": res.get("memory_score"),
             "memory_score_ci": res.get("memory_score_ci"), "memory_score_cells": res.get("memory_score_cells"),
             "curve": curve or [], "train_seconds": seconds, "eval_seconds": res.get("eval_seconds"),
-            "eval_engine": res.get("engine"), "train_signal": signal,
+            "eval_engine": res.get("engine"), "train_signal": signal, "train_actions": actions,
+            "held_out_actions": held_out_actions(res["outputs"]) if res.get("outputs") else None,
             # per held-out session, so two stages can be compared session by session (a paired bootstrap)
             "session_reward_evidence": dict(zip(res["session_keys"], res["session_rewards"]["evidence"], strict=True))}
 
@@ -435,7 +439,7 @@ def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
             res = evaluate.cached(policy, f"{stage} seed {seed}", f"{stage}-{seed}")
             curve_rows = make_curve(folder, sft_res, res, points, evaluate.keys[:a.curve_sessions], a.rl_steps)
             rows.append(row(stage, seed, res, evaluate.users, timings[f"{stage}/{seed}"], curve_rows,
-                            rl_signal(folder)))
+                            rl_signal(folder), rollout_actions(folder)))
             if stage == "adrpo" and seed == a.seeds[0] and not a.report_only:  # a report ships nothing new
                 export_adapter(a, stage, policy, _scores(rows[-1]), argv)
             publish()

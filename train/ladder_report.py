@@ -12,6 +12,7 @@ from typing import Any
 from membuilder.ops import AGENTS
 from memgym_env.interactive.run_files import write_json
 from train.bootstrap import bootstrap_ci, separated
+from train.policy_actions import EDIT_NAMES, held_out_line, plot_actions, rollout_line
 from train.rl_signal import paired_line, signal_line
 
 STAGES = ("base", "sft", "grpo", "adrpo")
@@ -217,6 +218,19 @@ def paired_lines(runs: list[dict[str, Any]]) -> list[str]:
             for r in runs if r.get("train_vs_adrpo")]
 
 
+def action_lines(runs: list[dict[str, Any]], plot_name: str) -> list[str]:
+    """The report's "what the policies write" section (``train.policy_actions``): each stage's held-out outputs
+    by kind, then how each RL run's sampled rollouts moved."""
+    held = [held_out_line(r["stage"], r["seed"], r["held_out_actions"]) for r in runs if r.get("held_out_actions")]
+    train = [rollout_line(r["stage"], r["seed"], r["train_actions"]) for r in runs if r.get("train_actions")]
+    if not held and not train:
+        return []
+    return ["", f"What the policies write (`train.policy_actions`): each output is new memory only (ADD, APPEND), "
+                f"an edit of memory that must exist ({EDIT_NAMES}), nothing, or invalid"
+                + (f"; {plot_name} plots the RL runs' edit share" if train else "") + ":", "",
+            *[f"- {line}" for line in held + train]]
+
+
 def _vllm_version() -> str:
     import importlib.metadata as md
 
@@ -264,7 +278,8 @@ def write_results(a, rows: list[dict[str, Any]], seconds: float, argv: list[str]
     out = Path(a.results_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / "ladder.json", "md": out / "ladder.md", "png": out / "ladder.png",
-             "curves": out / "ladder_curves.png", "progress": out / "ladder_progress.json"}
+             "curves": out / "ladder_curves.png", "actions": out / "ladder_actions.png",
+             "progress": out / "ladder_progress.json"}
     tmp = paths["json"].with_suffix(".tmp")
     tmp.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
     os.replace(tmp, paths["json"])
@@ -291,6 +306,7 @@ def write_results(a, rows: list[dict[str, Any]], seconds: float, argv: list[str]
                    "`train.rl_signal`):", ""]
         md += [f"- {signal_line(*s)}" for s in signals]
         md += [f"- {line}" for line in paired_lines([*rows, *progress])]
+    md += action_lines([*rows, *progress], paths["actions"].name)
     if progress:
         md += ["", f"RL runs stopped part-way (resumed by the next `make ladder`; curves in {paths['curves'].name}, "
                    f"points in {paths['progress'].name}):", ""]
@@ -300,4 +316,6 @@ def write_results(a, rows: list[dict[str, Any]], seconds: float, argv: list[str]
     paths["md"].write_text("\n".join(md), encoding="utf-8")
     plot(rows, paths["png"], a.model_name_or_path)
     plot_curves(rows, paths["curves"], progress)
+    if any(r.get("train_actions") for r in [*rows, *progress]):
+        plot_actions([*rows, *progress], paths["actions"])
     return paths

@@ -32,7 +32,9 @@ def read_rollouts(folder: Path) -> list[dict[str, Any]]:
                 record = json.loads(line)
                 if record.get("mode", "train") == "train":
                     records.append({"step": int(record["step"]), "session": record["session_key"],
-                                    "agent": record["agent"], "reward": float(record["reward"])})
+                                    "agent": record["agent"], "reward": float(record["reward"]),
+                                    "completion": record.get("completion"),
+                                    "advantage": float(record.get("advantage") or 0.0)})
             except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
                 raise ValueError(f"{path}: line {number} is not a rollout record with step, session_key, agent "
                                  f"and reward ({err})") from err
