@@ -87,6 +87,7 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
         assert (tmp_path / "results" / name).stat().st_size > 10_000
     md = (tmp_path / "results" / "ladder.md").read_text()
     assert "| adrpo | 1 |" in md and "SFT above base" in md
+    assert "- ADRPO over seeds 0, 1 (seed 0 " in md and "- GRPO over seeds 0, 1 (seed 0 " in md  # seeds averaged
     assert "Learning signal" in md and "GRPO seed 1, train reward over the first 1 of 2 steps" in md
     # the seed's two runs drew the same sessions, so their train rewards pair up step by step
     assert "GRPO seed 0 - ADRPO seed 0, train reward paired by step (the same sessions)" in md
@@ -183,6 +184,33 @@ def test_paired_difference_compares_the_same_sessions_and_reads_its_interval():
     assert lines[0].startswith("ADRPO seed 0 above SFT: no") and "paired over the same 12 sessions: +0.100" in lines[0]
     assert lines[0].endswith("(above)")
     assert paired_difference(sft, {**rl, "session_reward_evidence": {}}) is None
+
+
+def test_two_seeds_are_also_judged_on_their_mean_per_session():
+    from train.ladder_report import seed_mean, verdicts
+
+    keys = [f"u/p0-s{i}" for i in range(12)]
+    spread = [0.0, 0.5, 1.0] * 4
+
+    def stage(name, seed, shift, ci):
+        per = {k: v + shift for k, v in zip(keys, spread)}
+        return {"stage": name, "seed": seed, "reward_evidence": round(sum(per.values()) / 12, 4),
+                "reward_evidence_ci": ci, "session_reward_evidence": per}
+
+    sft = stage("sft", 0, 0.0, [0.25, 0.75])
+    rows = [sft, stage("adrpo", 0, 0.0, [0.25, 0.75]), stage("grpo", 0, 0.1, [0.35, 0.85]),
+            stage("adrpo", 1, 0.2, [0.45, 0.95]), stage("grpo", 1, 0.1, [0.35, 0.85])]
+    assert seed_mean(rows[:3], "adrpo") is None  # one seed: nothing to average
+    adrpo = seed_mean(rows, "adrpo")
+    assert adrpo["seeds"] == [0, 1] and adrpo["seed_means"] == [0.5, 0.7] and adrpo["reward_evidence"] == 0.6
+    assert adrpo["session_reward_evidence"][keys[2]] == pytest.approx(1.1)
+    lines = verdicts(rows)
+    (a_line,) = [x for x in lines if x.startswith("ADRPO over seeds 0, 1 (seed 0 0.500, seed 1 0.700)")]
+    assert "above SFT: no" in a_line and "paired over the same 12 sessions: +0.100 [0.100, 0.100] (above)" in a_line
+    (g_line,) = [x for x in lines if x.startswith("GRPO over seeds 0, 1")]
+    assert "+0.100" in g_line
+    (vs,) = [x for x in lines if "the seeds' mean per session: 0.600" in x]
+    assert vs.startswith("ADRPO (alpha 4) not told apart from GRPO") and "+0.000" in vs
 
 
 class _Stopped(Exception):

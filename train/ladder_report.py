@@ -65,6 +65,47 @@ def verdicts(rows: list[dict[str, Any]]) -> list[str]:
         if stage == "grpo" and sft:
             out.append(f"GRPO seed {seed} against SFT: {r['reward_evidence']:.3f} {_ci(r['reward_evidence_ci'])}"
                        f"{_paired_note(sft, r)}")
+    return out + seed_mean_verdicts(rows, sft)
+
+
+def seed_mean(rows: list[dict[str, Any]], stage: str) -> dict[str, Any] | None:
+    """A stage's held-out reward averaged over its finished seeds session by session (None under two seeds).
+
+    Its interval resamples sessions: it holds the spread between sessions, not between seeds, which two seeds
+    cannot measure (each seed's own row shows how far apart they are)."""
+    runs = [r for r in rows if r["stage"] == stage and r.get("session_reward_evidence")]
+    if len(runs) < 2:
+        return None
+    keys = sorted(set.intersection(*(set(r["session_reward_evidence"]) for r in runs)))
+    if not keys:
+        return None
+    per = {k: sum(r["session_reward_evidence"][k] for r in runs) / len(runs) for k in keys}
+    return {"stage": stage, "seeds": [r["seed"] for r in runs], "seed_means": [r["reward_evidence"] for r in runs],
+            "reward_evidence": round(sum(per.values()) / len(per), 4), "reward_evidence_ci": bootstrap_ci(list(per.values())),
+            "session_reward_evidence": per}
+
+
+def _seeds(m: dict[str, Any]) -> str:
+    each = ", ".join(f"seed {s} {v:.3f}" for s, v in zip(m["seeds"], m["seed_means"], strict=True))
+    return f"{m['stage'].upper()} over seeds {', '.join(map(str, m['seeds']))} ({each})"
+
+
+def seed_mean_verdicts(rows: list[dict[str, Any]], sft: dict[str, Any] | None) -> list[str]:
+    """The goals again with each RL stage's reward averaged over its seeds, session by session."""
+    adrpo, grpo = seed_mean(rows, "adrpo"), seed_mean(rows, "grpo")
+    out = []
+    for m in (adrpo, grpo):
+        if m and sft:
+            ok = separated(sft["reward_evidence_ci"], m["reward_evidence_ci"])
+            out.append(f"{_seeds(m)}, the seeds' mean per session, above SFT: {'yes' if ok else 'no'} "
+                       f"({m['reward_evidence']:.3f} {_ci(m['reward_evidence_ci'])} against "
+                       f"{sft['reward_evidence']:.3f} {_ci(sft['reward_evidence_ci'])}){_paired_note(sft, m)}")
+    if adrpo and grpo:
+        a_ci, g_ci = adrpo["reward_evidence_ci"], grpo["reward_evidence_ci"]
+        word = "above" if separated(g_ci, a_ci) else "below" if separated(a_ci, g_ci) else "not told apart from"
+        out.append(f"ADRPO (alpha 4) {word} GRPO (alpha 1) by their intervals, the seeds' mean per session: "
+                   f"{adrpo['reward_evidence']:.3f} {_ci(a_ci)} vs {grpo['reward_evidence']:.3f} {_ci(g_ci)}"
+                   f"{_paired_note(grpo, adrpo)}")
     return out
 
 
@@ -97,6 +138,8 @@ def plot(rows: list[dict[str, Any]], path: Path, model: str = "") -> None:
     labels = [f"{r['stage']}\nseed {r['seed']}" if r["stage"] in ("grpo", "adrpo") else r["stage"] for r in rows]
     sft = next((r for r in rows if r["stage"] == "sft"), None)
     rl = [(r, paired_difference(sft, r)) for r in rows if sft and r["stage"] in ("grpo", "adrpo")]
+    # each RL stage's seeds averaged per session, once two or more have finished
+    rl += [(m, paired_difference(sft, m)) for m in (seed_mean(rows, "adrpo"), seed_mean(rows, "grpo")) if sft and m]
     rl = [(r, d) for r, d in rl if d]
     fig, axes = plt.subplots(1, 4 if rl else 3, figsize=(19 if rl else 15, 4),
                              gridspec_kw={"width_ratios": [1.6, 1, 1, 1] if rl else [1.6, 1, 1]})
@@ -128,7 +171,9 @@ def plot(rows: list[dict[str, Any]], path: Path, model: str = "") -> None:
                         color=f"C{STAGES.index(r['stage'])}", capsize=4)
         ax.axhline(0.0, color="black", lw=0.8)
         ax.set_xlim(-0.6, len(rl) - 0.4)
-        ax.set_xticks(range(len(rl)), [f"{r['stage']}\nseed {r['seed']}" for r, _ in rl], fontsize=7)
+        ax.set_xticks(range(len(rl)), [f"{r['stage']}\n" + (f"seed {r['seed']}" if "seed" in r else
+                                                              "seeds " + "+".join(map(str, r["seeds"])))
+                                        for r, _ in rl], fontsize=7)
         ax.set_title("RL minus SFT, paired by session, 95% CI", fontsize=10)
     n = rows[0]["held_out_sessions"] if rows else 0
     fig.suptitle(f"{model}: {n} held-out sessions of {len(rows[0]['held_out_users']) if rows else 0} held-out users",
