@@ -109,3 +109,21 @@ def test_the_plot_draws_each_runs_edit_share_against_sft(tmp_path):
              "train_actions": rollout_actions(tmp_path, bucket=2, until=4)}]
     plot_actions(runs, tmp_path / "actions.png")
     assert (tmp_path / "actions.png").stat().st_size > 10_000
+
+
+def test_inspect_run_reads_any_runs_rollout_log(tmp_path, capsys):
+    from train.inspect_run import main
+
+    with pytest.raises(SystemExit, match="no rollout log"):
+        main([str(tmp_path)])
+    _log(tmp_path, {s: {a: [(ADD if a != "core" else APPEND, 0.5), (UPDATE if a != "core" else REPLACE, -0.5)]
+                        for a in AGENTS} for s in range(4)})
+    out = main([str(tmp_path), "--name", "adrpo-lr1e-4", "--bucket", "2"])
+    printed = capsys.readouterr().out
+    assert "ADRPO-LR1E-4, train reward over the first 1 of 4 steps" in printed
+    assert "ADRPO-LR1E-4, sampled rollouts, the first 1 of 4 steps" in printed
+    saved = json.loads((tmp_path / "inspect.json").read_text())
+    assert saved == json.loads(json.dumps(out)) and saved["train_signal"]["agent_prompts"] == 16
+    assert saved["train_actions"]["agents"]["semantic"]["edit_share"] == [{"step": 2, "share": 0.5},
+                                                                          {"step": 4, "share": 0.5}]
+    assert (tmp_path / "actions.png").stat().st_size > 10_000

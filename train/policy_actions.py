@@ -108,7 +108,7 @@ def held_out_line(stage: str, seed: int, actions: dict[str, Any]) -> str:
             + "; ".join(f"{agent} {_pct(a['shares'])}" for agent, a in actions.items()))
 
 
-def rollout_line(stage: str, seed: int, actions: dict[str, Any]) -> str:
+def rollout_line(stage: str, seed: int | None, actions: dict[str, Any]) -> str:
     """One readable line of ``rollout_actions``: per agent, how the kinds' shares moved over the run and which
     kind the advantages favoured."""
     w, n = actions["window"], actions["steps"]
@@ -121,8 +121,8 @@ def rollout_line(stage: str, seed: int, actions: dict[str, Any]) -> str:
                        key=lambda kv: kv[1], default=None)
         parts.append(f"{agent} {moved} {first[moved]:.0%} -> {last[moved]:.0%}"
                      + (f" (early mean advantage highest for {favoured[0]}, {favoured[1]:+.2f})" if favoured else ""))
-    return (f"{stage.upper()} seed {seed}, sampled rollouts, the first {w} of {n} steps -> the last {w}, the kind "
-            f"that moved most: " + "; ".join(parts))
+    return (f"{stage.upper()}{'' if seed is None else f' seed {seed}'}, sampled rollouts, the first {w} of {n} steps "
+            f"-> the last {w}, the kind that moved most: " + "; ".join(parts))
 
 
 def plot_actions(runs: list[dict[str, Any]], path: Path) -> None:
@@ -144,8 +144,9 @@ def plot_actions(runs: list[dict[str, Any]], path: Path) -> None:
             if not series:
                 continue
             ls = ":" if "steps" in r else "-" if r["seed"] == seeds[0] else "--"
-            ax.plot([p["step"] for p in series], [p["share"] for p in series], ls,
-                    color=f"C{STAGES.index(r['stage'])}", lw=1.8, label=f"{r['stage']} seed {r['seed']}")
+            color = f"C{STAGES.index(r['stage'])}" if r["stage"] in STAGES else "C0"
+            ax.plot([p["step"] for p in series], [p["share"] for p in series], ls, color=color, lw=1.8,
+                    label=r.get("label") or f"{r['stage']} seed {r['seed']}")
         if sft:
             ax.axhline(sft[agent]["shares"]["edit"], color="grey", lw=1, label="SFT, held-out (greedy)")
         ax.set_title(f"{agent}: share of outputs that edit", fontsize=10)

@@ -148,14 +148,15 @@ def _mean_ci(part: dict[str, Any]) -> str:
     return f"{part['mean']:.3f} [{lo:.3f}, {hi:.3f}]"
 
 
-def signal_line(stage: str, seed: int, signal: dict[str, Any]) -> str:
-    """One readable line of ``rl_signal``'s result for the ladder's report."""
+def signal_line(stage: str, seed: int | None, signal: dict[str, Any]) -> str:
+    """One readable line of ``rl_signal``'s result for the ladder's report (``seed`` None: a run of no ladder)."""
     w, n = signal["window"], signal["steps"]
     first, last = signal["first"], signal["last"]
     moved = ("up" if first["ci"] and last["ci"] and last["ci"][0] > first["ci"][1] else
              "down" if first["ci"] and last["ci"] and last["ci"][1] < first["ci"][0] else "intervals overlap")
     agents = "; ".join(f"{a} {_mean_ci(p['first'])} -> {_mean_ci(p['last'])}" for a, p in signal["per_agent"].items())
-    return (f"{stage.upper()} seed {seed}, train reward over the first {w} of {n} steps -> the last {w}: "
+    return (f"{stage.upper()}{'' if seed is None else f' seed {seed}'}, train reward over the first {w} of {n} steps "
+            f"-> the last {w}: "
             f"{_mean_ci(first)} -> {_mean_ci(last)} ({moved}); per agent: {agents}. "
             f"No gradient (all G rollouts alike) in {signal['frac_prompts_alike']:.0%} of "
             f"{signal['agent_prompts']} agent prompts" + _dominant_note(signal.get("dominant")))
