@@ -1,0 +1,82 @@
+"""Copy the ladder's table and goal lines from results/ladder.md into the README.
+
+``python train/ladder.py ... --report_only true`` rewrites results/ladder.md; the README quotes its table
+and its goals word for word (tests/test_readme_results.py checks that). Run this after every report:
+
+    python scripts/readme_ladder.py            # rewrites the README's block
+    python scripts/readme_ladder.py --check    # exit 1 if the README's block is out of date
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+HEADER = "| stage | seed |"
+GOALS = "Goals, read off the intervals:"
+
+
+def block(lines: list[str], start: int) -> int:
+    """The end (exclusive) of the table starting at ``start`` and of the bullet list right after it."""
+    end = start
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    after = end + 1 if end < len(lines) and not lines[end].strip() else end
+    if after < len(lines) and lines[after].startswith("- "):
+        end = after
+        while end < len(lines) and lines[end].startswith("- "):
+            end += 1
+    return end
+
+
+def results_block(results: str, source: Path) -> list[str]:
+    lines = results.splitlines()
+    try:
+        start = next(i for i, line in enumerate(lines) if line.startswith(HEADER))
+        goals_at = lines.index(GOALS)
+    except (StopIteration, ValueError) as err:
+        raise SystemExit(f"{source}: no ladder table ({HEADER!r}) or no goals ({GOALS!r}) to copy") from err
+    end = start
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    table = lines[start:end]
+    goals = []
+    for line in lines[goals_at + 1:]:
+        if goals and not line.startswith("- "):
+            break
+        if line.startswith("- "):
+            goals.append(line)
+    return [*table, "", *goals]
+
+
+def updated(readme: str, results: str, source: Path) -> str:
+    lines = readme.splitlines()
+    try:
+        start = next(i for i, line in enumerate(lines) if line.startswith(HEADER))
+    except StopIteration as err:
+        raise SystemExit(f"README.md: no ladder table ({HEADER!r}) to replace") from err
+    end = block(lines, start)
+    return "\n".join([*lines[:start], *results_block(results, source), *lines[end:]]) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    readme_path, results_path = ROOT / "README.md", ROOT / "results" / "ladder.md"
+    readme = readme_path.read_text(encoding="utf-8")
+    new = updated(readme, results_path.read_text(encoding="utf-8"), results_path)
+    if "--check" in argv:
+        if new != readme:
+            print("README.md's ladder table or goals differ from results/ladder.md: run scripts/readme_ladder.py")
+            return 1
+        return 0
+    if new != readme:
+        tmp = readme_path.with_suffix(".md.tmp")
+        tmp.write_text(new, encoding="utf-8")
+        tmp.replace(readme_path)
+        print("README.md: ladder table and goals copied from results/ladder.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
