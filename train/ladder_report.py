@@ -58,14 +58,18 @@ def verdicts(rows: list[dict[str, Any]]) -> list[str]:
             g = by.get(("grpo", seed))
             if g:
                 a_ci, g_ci = r["reward_evidence_ci"], g["reward_evidence_ci"]
-                word = ("above" if separated(g_ci, a_ci) else "below" if separated(a_ci, g_ci)
-                        else "not told apart from")
+                word = _order(a_ci, g_ci)
                 out.append(f"ADRPO (alpha 4) seed {seed} {word} GRPO (alpha 1) by their intervals: {r['reward_evidence']:.3f} "
                            f"{_ci(a_ci)} vs {g['reward_evidence']:.3f} {_ci(g_ci)}{_paired_note(g, r)}")
         if stage == "grpo" and sft:
             out.append(f"GRPO seed {seed} against SFT: {r['reward_evidence']:.3f} {_ci(r['reward_evidence_ci'])}"
                        f"{_paired_note(sft, r)}")
     return out + seed_mean_verdicts(rows, sft)
+
+
+def _order(a_ci, b_ci) -> str:
+    """Where interval ``a_ci`` stands against ``b_ci``: the ladder's "beats" criterion, both ways."""
+    return "above" if separated(b_ci, a_ci) else "below" if separated(a_ci, b_ci) else "not told apart from"
 
 
 def seed_mean(rows: list[dict[str, Any]], stage: str) -> dict[str, Any] | None:
@@ -102,7 +106,7 @@ def seed_mean_verdicts(rows: list[dict[str, Any]], sft: dict[str, Any] | None) -
                        f"{sft['reward_evidence']:.3f} {_ci(sft['reward_evidence_ci'])}){_paired_note(sft, m)}")
     if adrpo and grpo:
         a_ci, g_ci = adrpo["reward_evidence_ci"], grpo["reward_evidence_ci"]
-        word = "above" if separated(g_ci, a_ci) else "below" if separated(a_ci, g_ci) else "not told apart from"
+        word = _order(a_ci, g_ci)
         out.append(f"ADRPO (alpha 4) {word} GRPO (alpha 1) by their intervals, the seeds' mean per session: "
                    f"{adrpo['reward_evidence']:.3f} {_ci(a_ci)} vs {grpo['reward_evidence']:.3f} {_ci(g_ci)}"
                    f"{_paired_note(grpo, adrpo)}")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from membuilder.ops import AGENTS, Add, CoreAppend, Skip, parse
-from train.rl_signal import read_rollouts
+from train.rl_signal import read_rollouts, run_ends
 
 KINDS = ("new", "edit", "nothing", "invalid")
 EDIT_NAMES = "UPDATE, MERGE, REPLACE, REWRITE"
@@ -79,8 +79,8 @@ def rollout_actions(folder: Path, bucket: int = 5, window: int | None = None,
     for r in records:
         r["kind"] = kind(r["agent"], r["completion"]) if r["agent"] in AGENTS else "invalid"
     steps = sorted({r["step"] for r in records})
-    window = max(1, min(window or len(steps) // 4, len(steps)))
-    first, last = set(steps[:window]), set(steps[-window:])
+    window, first, last = run_ends(steps, window)
+    first, last = set(first), set(last)
     out: dict[str, Any] = {"steps": len(steps), "window": window, "bucket": bucket, "agents": {}}
     for agent in AGENTS:
         mine = [r for r in records if r["agent"] == agent]

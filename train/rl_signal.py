@@ -70,6 +70,13 @@ def _window(values_by_step: dict[int, list[float]], steps: list[int]) -> dict[st
     return {"mean": round(sum(means) / len(means), 4), "ci": bootstrap_ci(means), "steps": len(means)}
 
 
+def run_ends(steps: list[int], window: int | None = None) -> tuple[int, list[int], list[int]]:
+    """The window (default: a quarter of the run, at least one step) and the first and last ``window`` of the
+    sorted ``steps``: the two ends every early-against-late summary of a run compares."""
+    window = max(1, min(window or len(steps) // 4, len(steps)))
+    return window, steps[:window], steps[-window:]
+
+
 def rl_signal(folder: Path, window: int | None = None, until: int | None = None) -> dict[str, Any] | None:
     """Train reward over the first and the last ``window`` steps (default: a quarter of the run), overall and
     per agent, and the share of agent prompts whose G rollouts all scored alike; None without a rollout log.
@@ -78,8 +85,7 @@ def rl_signal(folder: Path, window: int | None = None, until: int | None = None)
     if not records:
         return None
     steps = sorted({r["step"] for r in records})
-    window = max(1, min(window or len(steps) // 4, len(steps)))
-    first, last = steps[:window], steps[-window:]
+    window, first, last = run_ends(steps, window)
     by_step: dict[int, list[float]] = defaultdict(list)
     by_agent_step: dict[str, dict[int, list[float]]] = {a: defaultdict(list) for a in AGENTS}
     groups: dict[tuple[int, str, str], list[float]] = defaultdict(list)
