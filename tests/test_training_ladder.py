@@ -87,7 +87,8 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
         assert (tmp_path / "results" / name).stat().st_size > 10_000
     md = (tmp_path / "results" / "ladder.md").read_text()
     assert "| adrpo | 1 |" in md and "SFT above base" in md
-    assert "- ADRPO over seeds 0, 1 (seed 0 " in md and "- GRPO over seeds 0, 1 (seed 0 " in md  # seeds averaged
+    assert "- ADRPO (alpha 4) over seeds 0, 1 (seed 0 " in md and "- GRPO (alpha 1) over seeds 0, 1 (seed 0 " in md
+    assert [r["alpha"] for r in saved] == [None, None, 4.0, 1.0, 4.0, 1.0]
     assert "Learning signal" in md and "GRPO seed 1, train reward over the first 1 of 2 steps" in md
     # the seed's two runs drew the same sessions, so their train rewards pair up step by step
     assert "GRPO seed 0 - ADRPO seed 0, train reward paired by step (the same sessions)" in md
@@ -133,6 +134,24 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
     again = ladder.main(_argv(tiny_path, tmp_path))
     assert again == rows and json.loads(stale.read_text())["memory_settings"]["write_tokens"] == 8
     assert [p.stat().st_mtime_ns for p in done if p != stale] == [s for p, s in zip(done, stamps) if p != stale]
+
+    # an RL ablation (ADRPO with alpha 2, no GRPO) takes this ladder's SFT stage and evaluations instead of
+    # making them again
+    work2 = tmp_path / "alpha2"
+    ablation = ladder.main([*_argv(tiny_path, tmp_path), "--seeds", "0", "--rl_stages", "adrpo", "--adrpo_alpha", "2",
+                            "--rl_steps", "1", "--curve_every", "0", "--adapter_out", "null", "--sft_from",
+                            str(tmp_path / "work"), "--work_dir", str(work2), "--results_dir", str(tmp_path / "r2")])
+    assert [(r["stage"], r["alpha"]) for r in ablation] == [("base", None), ("sft", None), ("adrpo", 2.0)]
+    assert ablation[:2] == rows[:2]
+    for name in ("sft/policy/adapter/adapter_model.safetensors", "sft/sft_rows.jsonl", "eval/sft.transformers.json",
+                 "eval/base-memory.transformers.json"):
+        a, b = tmp_path / "work" / name, work2 / name
+        assert b.read_bytes() == a.read_bytes() and b.stat().st_mtime_ns == a.stat().st_mtime_ns  # copied, not made
+    assert not (work2 / "seed0" / "grpo").exists() and not (work2 / "seed1").exists()
+    md = (tmp_path / "r2" / "ladder.md").read_text()
+    assert "ADRPO (alpha 2) seed 0 above SFT" in md and "--sft_from" not in md  # the recipe, not where SFT came from
+    assert json.loads((tmp_path / "shipped" / "card.json").read_text())["stage"] == "adrpo"  # adapter_out null
+    assert json.loads((tmp_path / "shipped" / "card.json").read_text())["config"]["adrpo_alpha"] == 4.0
 
     # report_only publishes the finished stages of a ladder stopped part-way and trains nothing
     import shutil
@@ -194,7 +213,8 @@ def test_two_seeds_are_also_judged_on_their_mean_per_session():
 
     def stage(name, seed, shift, ci):
         per = {k: v + shift for k, v in zip(keys, spread)}
-        return {"stage": name, "seed": seed, "reward_evidence": round(sum(per.values()) / 12, 4),
+        return {"stage": name, "seed": seed, "alpha": {"adrpo": 4.0, "grpo": 1.0}.get(name),
+                "reward_evidence": round(sum(per.values()) / 12, 4),
                 "reward_evidence_ci": ci, "session_reward_evidence": per}
 
     sft = stage("sft", 0, 0.0, [0.25, 0.75])
@@ -205,12 +225,14 @@ def test_two_seeds_are_also_judged_on_their_mean_per_session():
     assert adrpo["seeds"] == [0, 1] and adrpo["seed_means"] == [0.5, 0.7] and adrpo["reward_evidence"] == 0.6
     assert adrpo["session_reward_evidence"][keys[2]] == pytest.approx(1.1)
     lines = verdicts(rows)
-    (a_line,) = [x for x in lines if x.startswith("ADRPO over seeds 0, 1 (seed 0 0.500, seed 1 0.700)")]
+    (a_line,) = [x for x in lines if x.startswith("ADRPO (alpha 4) over seeds 0, 1 (seed 0 0.500, seed 1 0.700)")]
     assert "above SFT: no" in a_line and "paired over the same 12 sessions: +0.100 [0.100, 0.100] (above)" in a_line
-    (g_line,) = [x for x in lines if x.startswith("GRPO over seeds 0, 1")]
+    (g_line,) = [x for x in lines if x.startswith("GRPO (alpha 1) over seeds 0, 1")]
     assert "+0.100" in g_line
     (vs,) = [x for x in lines if "the seeds' mean per session: 0.600" in x]
-    assert vs.startswith("ADRPO (alpha 4) not told apart from GRPO") and "+0.000" in vs
+    assert vs.startswith("ADRPO (alpha 4) not told apart from GRPO (alpha 1)") and "+0.000" in vs
+    # rows written before rows kept their alpha are named without one
+    assert verdicts([sft, {k: v for k, v in rows[1].items() if k != "alpha"}])[0].startswith("ADRPO seed 0 above SFT")
 
 
 class _Stopped(Exception):
@@ -381,6 +403,31 @@ def test_a_work_folder_resumes_only_under_the_settings_that_made_it(tiny_path, t
     env.write_text(env.read_text() + "\n# edited\n")
     with pytest.raises(SystemExit, match="env_config_sha256"):
         ladder.check_work_dir(args(), work)
+
+
+def test_an_rl_ablation_takes_sft_only_from_a_ladder_with_the_same_sft_settings(tiny_path, tmp_path):
+    from trl import TrlParser
+
+    from train import ladder
+
+    src = tmp_path / "work"
+
+    def args(*extra):
+        (a,) = TrlParser((ladder.LadderArgs,)).parse_args_and_config(
+            [*_argv(tiny_path, tmp_path), "--rl_stages", "adrpo", "--adrpo_alpha", "2", "--sft_from", str(src),
+             "--work_dir", str(tmp_path / "alpha2"), *extra])
+        return a
+
+    ladder.check_work_dir(args("--work_dir", str(src), "--adrpo_alpha", "4"), src)  # the source ladder's settings
+    with pytest.raises(SystemExit, match=r"sft_learning_rate 0\.001 there, 0\.5 here.*Only the RL settings"):
+        ladder.take_sft(args("--sft_learning_rate", "0.5"), tmp_path / "alpha2")
+    with pytest.raises(SystemExit, match="SFT stage has not finished"):  # RL settings may differ; SFT must be there
+        ladder.take_sft(args("--rl_learning_rate", "3e-4"), tmp_path / "alpha2")
+    with pytest.raises(SystemExit, match="not a ladder's work folder"):
+        ladder.take_sft(args("--sft_from", str(tmp_path / "nowhere")), tmp_path / "alpha2")
+    with pytest.raises(ValueError, match="rl_stages"):
+        args("--rl_stages", "adrpo", "ppo")
+    assert args("--adapter_out", "null").adapter_out is None
 
 
 def test_the_recipe_command_leaves_out_where_the_outputs_go():

@@ -46,6 +46,7 @@ from train.policy_actions import held_out_actions, rollout_actions  # noqa: E402
 from train.rl_signal import paired_train_difference, rl_signal  # noqa: E402
 
 STAGES = ("base", "sft", "grpo", "adrpo")
+RL_ALPHA = {"adrpo": None, "grpo": 1.0}  # None: the ladder's adrpo_alpha
 
 
 @dataclass
@@ -92,6 +93,12 @@ class LadderArgs:
     rl_temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of the rollouts."})
     rl_learning_rate: float = field(default=1e-4, metadata={"help": "ADRPO/GRPO learning rate (LoRA)."})
     adrpo_alpha: float = field(default=4.0, metadata={"help": "alpha of the ADRPO stage (GRPO is alpha 1)."})
+    rl_stages: list[str] = field(default_factory=lambda: ["adrpo", "grpo"], metadata={
+        "help": "RL stages each seed runs: 'adrpo' (alpha adrpo_alpha) and/or 'grpo' (alpha 1)."})
+    sft_from: str | None = field(default=None, metadata={
+        "help": "Work folder of another ladder to take the SFT stage from (its adapter and the base and SFT "
+                "evaluations) instead of training it again; every setting SFT and the evaluations depend on must "
+                "match that ladder's. An RL ablation (adrpo_alpha, rl_*) then costs its RL runs alone."})
     max_completion_tokens: int = field(default=256, metadata={
         "help": "Longest output per agent, in RL rollouts and the held-out evaluation alike; it must hold the "
                 "oracle's longest output, or the policy is cut where the expert is not (the ladder reports how many "
@@ -118,6 +125,11 @@ class LadderArgs:
             raise ValueError(f"rl_engine {self.rl_engine!r}: use 'transformers' or 'vllm'")
         if self.eval_engine not in ("transformers", "vllm"):
             raise ValueError(f"eval_engine {self.eval_engine!r}: use 'transformers' or 'vllm'")
+        unknown = [s for s in self.rl_stages if s not in RL_ALPHA]
+        if unknown or len(set(self.rl_stages)) < len(self.rl_stages):
+            raise ValueError(f"rl_stages {self.rl_stages}: name each of {list(RL_ALPHA)} at most once")
+        if self.adapter_out in ("", "null", "None", "none"):  # off from the command line
+            self.adapter_out = None
         for name in ("env_overrides", "memory_score_world"):
             value = getattr(self, name)
             if isinstance(value, str):
@@ -310,10 +322,10 @@ def _curve_rows(train: dict[int, float], held: dict[int, float], points: list[di
 
 def row(stage: str, seed: int, res: dict[str, Any], users: list[str], seconds: float | None,
         curve: list[dict[str, Any]] | None = None, signal: dict[str, Any] | None = None,
-        actions: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One stage's row of results/ladder.json; RL rows add their curve, ``train.rl_signal``'s summary and
+        actions: dict[str, Any] | None = None, alpha: float | None = None) -> dict[str, Any]:
+    """One stage's row of results/ladder.json; RL rows add their alpha, curve, ``train.rl_signal``'s summary and
     ``train.policy_actions``' reading of their rollouts."""
-    return {"stage": stage, "seed": seed, "valid_rate": res["valid_rate"], "cut_rate": res.get("cut_rate"),
+    return {"stage": stage, "seed": seed, "alpha": alpha, "valid_rate": res["valid_rate"], "cut_rate": res.get("cut_rate"),
             "reward_evidence": res["reward"]["evidence"], "reward_evidence_ci": res["reward_ci"]["evidence"],
             "reward_choice": res["reward"].get("choice"), "reward_choice_ci": res["reward_ci"].get("choice"),
             "task_reward_evidence": res["task_reward"]["evidence"], "held_out_users": users,
@@ -358,7 +370,7 @@ def _scores(r: dict[str, Any]) -> dict[str, Any]:
 
 # Settings a work folder's stages and caches do not depend on: they may change between sittings.
 # eval_engine is free because the evaluation caches are named by engine.
-FREE_SETTINGS = (*OUTPUT_OPTIONS, "seeds", "rl_save_steps", "sft_save_steps", "rl_rollout_log", "eval_engine")
+FREE_SETTINGS = (*OUTPUT_OPTIONS, "seeds", "rl_stages", "rl_save_steps", "sft_save_steps", "rl_rollout_log", "eval_engine")
 
 
 def work_settings(a: LadderArgs) -> dict[str, Any]:
@@ -370,6 +382,42 @@ def work_settings(a: LadderArgs) -> dict[str, Any]:
     for name in ("sft_config", "adrpo_config", "env_config"):
         out[f"{name}_sha256"] = hashlib.sha256(Path(getattr(a, name)).read_bytes()).hexdigest()
     return json.loads(json.dumps(out))
+
+
+# What only the RL runs depend on: a ladder may take its SFT stage from a work folder that differs in these alone.
+RL_SETTINGS = ("rl_steps", "rl_sessions_per_user", "rl_engine", "rl_generations", "rl_temperature",
+               "rl_learning_rate", "adrpo_alpha", "curve_every", "curve_sessions", "adrpo_config_sha256")
+
+
+def take_sft(a: LadderArgs, work: Path) -> None:
+    """Start ``work`` from the finished SFT stage of the ladder in ``a.sft_from``: its adapter folder, its clock,
+    and the base and SFT evaluations, copied once (a folder that has an SFT stage keeps it)."""
+    import shutil
+
+    src = Path(a.sft_from)
+    made = src / "settings.json"
+    if not made.exists():
+        raise SystemExit(f"sft_from {src}: no settings.json there, so it is not a ladder's work folder")
+    theirs, ours = json.loads(made.read_text(encoding="utf-8")), work_settings(a)
+    changed = sorted(k for k in (set(theirs) | set(ours)) - set(RL_SETTINGS) if theirs.get(k) != ours.get(k))
+    if changed:
+        raise SystemExit(f"sft_from {src} trained SFT or evaluated under other settings ({made}): "
+                         + "; ".join(f"{k} {theirs.get(k)!r} there, {ours.get(k)!r} here" for k in changed)
+                         + ". Only the RL settings may differ: " + ", ".join(RL_SETTINGS) + ".")
+    if not (src / "sft" / "policy" / "adapter" / "adapter_config.json").exists():
+        raise SystemExit(f"sft_from {src}: its SFT stage has not finished (no sft/policy/adapter)")
+    if (work / "sft").exists():
+        return
+    (work / "eval").mkdir(parents=True, exist_ok=True)
+    for path in [*(src / "eval").glob("base*.json"), *(src / "eval").glob("sft*.json")]:
+        if not (work / "eval" / path.name).exists():
+            shutil.copy2(path, work / "eval" / path.name)
+    if (src / "memory_score_world.json").exists() and not (work / "memory_score_world.json").exists():
+        shutil.copy2(src / "memory_score_world.json", work / "memory_score_world.json")
+    partial = work / "sft.partial"  # a copy cut short is never taken for a finished stage
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(src / "sft", partial, ignore=shutil.ignore_patterns("checkpoint-*"))
+    os.replace(partial, work / "sft")
 
 
 def check_work_dir(a: LadderArgs, work: Path) -> None:
@@ -394,6 +442,8 @@ def check_work_dir(a: LadderArgs, work: Path) -> None:
 def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
     work = Path(a.work_dir)
     check_work_dir(a, work)
+    if a.sft_from and not a.report_only:
+        take_sft(a, work)
     evaluate = Evaluator(a, work)
     rows: list[dict[str, Any]] = []
     progress: list[dict[str, Any]] = []  # RL runs a report finds stopped part-way
@@ -421,7 +471,8 @@ def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
         export_adapter(a, "sft", sft_policy, _scores(rows[-1]), argv)  # shipped until ADRPO replaces it
     publish()
     for seed in a.seeds:
-        for stage, alpha in (("adrpo", a.adrpo_alpha), ("grpo", 1.0)):
+        for stage in (s for s in RL_ALPHA if s in a.rl_stages):
+            alpha = RL_ALPHA[stage] or a.adrpo_alpha
             folder = work / f"seed{seed}" / stage
             if a.report_only and not _finished(evaluate, folder, f"{stage}-{seed}"):
                 partial = run_progress(folder, stage, seed, sft_res, evaluate.keys[:a.curve_sessions], a.rl_steps)
@@ -439,7 +490,7 @@ def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
             res = evaluate.cached(policy, f"{stage} seed {seed}", f"{stage}-{seed}")
             curve_rows = make_curve(folder, sft_res, res, points, evaluate.keys[:a.curve_sessions], a.rl_steps)
             rows.append(row(stage, seed, res, evaluate.users, timings[f"{stage}/{seed}"], curve_rows,
-                            rl_signal(folder), rollout_actions(folder)))
+                            rl_signal(folder), rollout_actions(folder), alpha))
             if stage == "adrpo" and seed == a.seeds[0] and not a.report_only:  # a report ships nothing new
                 export_adapter(a, stage, policy, _scores(rows[-1]), argv)
             publish()

@@ -53,18 +53,24 @@ def verdicts(rows: list[dict[str, Any]]) -> list[str]:
     for (stage, seed), r in sorted(by.items()):
         if stage == "adrpo" and sft:
             ok = separated(sft["reward_evidence_ci"], r["reward_evidence_ci"])
-            out.append(f"ADRPO seed {seed} above SFT: {'yes' if ok else 'no'} "
+            out.append(f"{_name(r)} seed {seed} above SFT: {'yes' if ok else 'no'} "
                        f"({r['reward_evidence']:.3f} {_ci(r['reward_evidence_ci'])}){_paired_note(sft, r)}")
             g = by.get(("grpo", seed))
             if g:
                 a_ci, g_ci = r["reward_evidence_ci"], g["reward_evidence_ci"]
                 word = _order(a_ci, g_ci)
-                out.append(f"ADRPO (alpha 4) seed {seed} {word} GRPO (alpha 1) by their intervals: {r['reward_evidence']:.3f} "
+                out.append(f"{_name(r)} seed {seed} {word} {_name(g)} by their intervals: {r['reward_evidence']:.3f} "
                            f"{_ci(a_ci)} vs {g['reward_evidence']:.3f} {_ci(g_ci)}{_paired_note(g, r)}")
         if stage == "grpo" and sft:
-            out.append(f"GRPO seed {seed} against SFT: {r['reward_evidence']:.3f} {_ci(r['reward_evidence_ci'])}"
+            out.append(f"{_name(r)} seed {seed} against SFT: {r['reward_evidence']:.3f} {_ci(r['reward_evidence_ci'])}"
                        f"{_paired_note(sft, r)}")
     return out + seed_mean_verdicts(rows, sft)
+
+
+def _name(r: dict[str, Any]) -> str:
+    """An RL stage by name and alpha, as the ladder ran it (rows made before rows kept their alpha give none)."""
+    alpha = r.get("alpha")
+    return f"{r['stage'].upper()} (alpha {alpha:g})" if alpha is not None else r["stage"].upper()
 
 
 def _order(a_ci, b_ci) -> str:
@@ -84,14 +90,16 @@ def seed_mean(rows: list[dict[str, Any]], stage: str) -> dict[str, Any] | None:
     if not keys:
         return None
     per = {k: sum(r["session_reward_evidence"][k] for r in runs) / len(runs) for k in keys}
-    return {"stage": stage, "seeds": [r["seed"] for r in runs], "seed_means": [r["reward_evidence"] for r in runs],
+    alphas = {r.get("alpha") for r in runs}
+    return {"stage": stage, "alpha": alphas.pop() if len(alphas) == 1 else None,
+            "seeds": [r["seed"] for r in runs], "seed_means": [r["reward_evidence"] for r in runs],
             "reward_evidence": round(sum(per.values()) / len(per), 4), "reward_evidence_ci": bootstrap_ci(list(per.values())),
             "session_reward_evidence": per}
 
 
 def _seeds(m: dict[str, Any]) -> str:
     each = ", ".join(f"seed {s} {v:.3f}" for s, v in zip(m["seeds"], m["seed_means"], strict=True))
-    return f"{m['stage'].upper()} over seeds {', '.join(map(str, m['seeds']))} ({each})"
+    return f"{_name(m)} over seeds {', '.join(map(str, m['seeds']))} ({each})"
 
 
 def seed_mean_verdicts(rows: list[dict[str, Any]], sft: dict[str, Any] | None) -> list[str]:
@@ -107,7 +115,7 @@ def seed_mean_verdicts(rows: list[dict[str, Any]], sft: dict[str, Any] | None) -
     if adrpo and grpo:
         a_ci, g_ci = adrpo["reward_evidence_ci"], grpo["reward_evidence_ci"]
         word = _order(a_ci, g_ci)
-        out.append(f"ADRPO (alpha 4) {word} GRPO (alpha 1) by their intervals, the seeds' mean per session: "
+        out.append(f"{_name(adrpo)} {word} {_name(grpo)} by their intervals, the seeds' mean per session: "
                    f"{adrpo['reward_evidence']:.3f} {_ci(a_ci)} vs {grpo['reward_evidence']:.3f} {_ci(g_ci)}"
                    f"{_paired_note(grpo, adrpo)}")
     return out
@@ -291,9 +299,10 @@ def _vllm_version() -> str:
     return ""
 
 
-# Where a ladder puts its outputs, not how it trains: the command and configuration shown with the results and
-# the shipped adapter leave them out, so they read as the recipe rather than one machine's folders.
-OUTPUT_OPTIONS = ("work_dir", "results_dir", "adapter_out", "report_only")
+# Where a ladder puts its outputs (or finds a finished SFT stage to reuse), not how it trains: the command and
+# configuration shown with the results and the shipped adapter leave them out, so they read as the recipe rather
+# than one machine's folders.
+OUTPUT_OPTIONS = ("work_dir", "results_dir", "adapter_out", "report_only", "sft_from")
 
 
 def recipe_command(argv: list[str]) -> str:
