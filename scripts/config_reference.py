@@ -75,6 +75,16 @@ def yaml_comments(where: str) -> dict[str, str]:
     return out
 
 
+def written_type(cls, f: dataclasses.Field) -> str:
+    """A field's annotation as the class writes it. Not ``f.type``: HfArgumentParser rewrites that in place once it
+    has parsed the class (``str | None`` becomes ``str``), so the page would depend on what ran before it."""
+    for klass in cls.__mro__:
+        kind = inspect.get_annotations(klass).get(f.name)
+        if kind is not None:
+            return kind if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
+    return f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+
+
 def default(f: dataclasses.Field) -> str:
     if f.default is not dataclasses.MISSING:
         return f"`{f.default!r}`"
@@ -100,7 +110,7 @@ def render() -> str:
             if inherited.get(f.name) == default(f):
                 continue
             meaning = f.metadata.get("help") or notes.get(f.name, "")
-            kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+            kind = written_type(cls, f)
             lines.append(f"| `{f.name}` | `{kind}` | {default(f)} | {meaning.replace('|', '/')} |")
         lines.append("")
     return "\n".join(lines)
