@@ -20,7 +20,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from train.ladder_report import _ci, _name, paired_difference  # noqa: E402
+from train.ladder_report import _ci, _name, paired_difference, reads  # noqa: E402
 
 
 def load(paths: list[Path]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -55,8 +55,7 @@ def _paired(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | None:
     d = paired_difference(a, b)
     if d is None:
         return None
-    lo, hi = d["ci"]
-    return {**d, "reads": "above" if lo > 0 else "below" if hi < 0 else "zero inside"}
+    return {**d, "reads": reads(d["ci"])}
 
 
 def compare(sft: dict[str, Any], rl: list[dict[str, Any]]) -> dict[str, Any]:

@@ -136,9 +136,14 @@ def _paired_note(a: dict[str, Any], b: dict[str, Any]) -> str:
     d = paired_difference(a, b)
     if d is None:
         return ""
-    lo, hi = d["ci"]
-    word = "above" if lo > 0 else "below" if hi < 0 else "zero inside the interval"
-    return f"; paired over the same {d['sessions']} sessions: {d['mean']:+.3f} {_ci(d['ci'])} ({word})"
+    word = reads(d["ci"])
+    return (f"; paired over the same {d['sessions']} sessions: {d['mean']:+.3f} {_ci(d['ci'])} "
+            f"({'zero inside the interval' if word == 'zero inside' else word})")
+
+
+def reads(ci) -> str:
+    """Where a difference's interval stands against zero."""
+    return "above" if ci[0] > 0 else "below" if ci[1] < 0 else "zero inside"
 
 
 def plot(rows: list[dict[str, Any]], path: Path, model: str = "") -> None:
