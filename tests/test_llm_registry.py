@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -130,6 +131,15 @@ def _has_cuda() -> bool:
 
 
 @pytest.mark.skipif(HAS_VLLM, reason="vLLM is installed here; this checks the message shown without it")
+def test_a_vllm_kv_cache_asked_for_wins_over_the_environment_and_must_be_whole_gb(monkeypatch):
+    from membuilder.llm.vllm_backend import VLLMChatModel
+
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "5")
+    with pytest.raises(ValueError, match="kv_cache_gb 1.5"):  # vLLM reads the variable as a whole number
+        VLLMChatModel("smollm2-135m", kv_cache_gb=1.5)
+    assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "5"
+
+
 def test_vllm_backend_without_vllm_says_how_to_install():
     with pytest.raises(RuntimeError, match="pip install"):
         load_chat_model("vllm:smollm2-135m")

@@ -4,6 +4,7 @@ curves, the interactive memory score, the exported adapter, and resume."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -403,6 +404,35 @@ def test_a_work_folder_resumes_only_under_the_settings_that_made_it(tiny_path, t
     env.write_text(env.read_text() + "\n# edited\n")
     with pytest.raises(SystemExit, match="env_config_sha256"):
         ladder.check_work_dir(args(), work)
+
+
+def test_the_ladder_pins_the_engines_kv_cache_and_reads_older_folders_as_made_with_2_gb(tiny_path, tmp_path,
+                                                                                        monkeypatch):
+    from trl import TrlParser
+
+    from train import ladder
+
+    def args(*extra):
+        (a,) = TrlParser((ladder.LadderArgs,)).parse_args_and_config([*_argv(tiny_path, tmp_path), *extra])
+        return a
+
+    # a size in the environment does not decide the results: the recipe's setting does
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    ladder.pin_engine(args())
+    assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "2"
+    ladder.pin_engine(args("--vllm_kv_cache_gb", "3"))
+    assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "3"
+    with pytest.raises(ValueError, match="vllm_kv_cache_gb 0"):
+        args("--vllm_kv_cache_gb", "0")
+    # a folder made before the setting existed ran with 2 GB: it resumes under 2 GB and refuses 1 GB
+    work = tmp_path / "work"
+    ladder.check_work_dir(args(), work)
+    made = json.loads((work / "settings.json").read_text())
+    assert made.pop("vllm_kv_cache_gb") == 2
+    (work / "settings.json").write_text(json.dumps(made))
+    ladder.check_work_dir(args(), work)
+    with pytest.raises(SystemExit, match="vllm_kv_cache_gb 2 -> 1"):
+        ladder.check_work_dir(args("--vllm_kv_cache_gb", "1"), work)
 
 
 def test_an_rl_ablation_takes_sft_only_from_a_ladder_with_the_same_sft_settings(tiny_path, tmp_path):

@@ -89,6 +89,10 @@ class LadderArgs:
                 "'transformers' or 'vllm' (vLLM's CPU engine; run the ladder from .venv-vllm). Their caches are kept "
                 "per engine. The curve points taken during RL come from the trainer's own vLLM engine when it has one "
                 "and this is 'vllm', else from the trainer's model."})
+    vllm_kv_cache_gb: int = field(default=2, metadata={
+        "help": "KV cache of vLLM's CPU engine in GB, for the RL rollouts and the evaluations alike (the ladder sets "
+                "$VLLM_CPU_KVCACHE_SPACE from it, over any value already there). It decides how requests are batched, "
+                "and so, in bfloat16, some greedy outputs: a rerun reproduces the results with the same size."})
     rl_generations: int = field(default=8, metadata={"help": "G, completions per agent prompt."})
     rl_temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of the rollouts."})
     rl_learning_rate: float = field(default=1e-4, metadata={"help": "ADRPO/GRPO learning rate (LoRA)."})
@@ -125,6 +129,8 @@ class LadderArgs:
             raise ValueError(f"rl_engine {self.rl_engine!r}: use 'transformers' or 'vllm'")
         if self.eval_engine not in ("transformers", "vllm"):
             raise ValueError(f"eval_engine {self.eval_engine!r}: use 'transformers' or 'vllm'")
+        if self.vllm_kv_cache_gb < 1:
+            raise ValueError(f"vllm_kv_cache_gb {self.vllm_kv_cache_gb}: vLLM's CPU engine needs at least 1 GB")
         unknown = [s for s in self.rl_stages if s not in RL_ALPHA]
         if unknown or len(set(self.rl_stages)) < len(self.rl_stages):
             raise ValueError(f"rl_stages {self.rl_stages}: name each of {list(RL_ALPHA)} at most once")
@@ -373,6 +379,25 @@ def _scores(r: dict[str, Any]) -> dict[str, Any]:
 FREE_SETTINGS = (*OUTPUT_OPTIONS, "seeds", "rl_stages", "rl_save_steps", "sft_save_steps", "rl_rollout_log", "eval_engine")
 
 
+# Settings added after work folders were first made, with the value those folders ran under: a settings.json
+# without one is read as having it (the committed ladder ran with VLLM_CPU_KVCACHE_SPACE=2).
+ADDED_SETTINGS = {"vllm_kv_cache_gb": 2}
+
+
+def made_settings(path: Path) -> dict[str, Any]:
+    """The settings a work folder was made with (``settings.json``), settings added since filled in."""
+    return {**ADDED_SETTINGS, **json.loads(path.read_text(encoding="utf-8"))}
+
+
+def pin_engine(a: LadderArgs) -> None:
+    """Give vLLM's CPU engine the ladder's KV cache size; the engines read it when they start."""
+    before = os.environ.get("VLLM_CPU_KVCACHE_SPACE")
+    if before is not None and before != str(a.vllm_kv_cache_gb):
+        print(f"ladder: VLLM_CPU_KVCACHE_SPACE={before} in the environment; using the ladder's vllm_kv_cache_gb "
+              f"{a.vllm_kv_cache_gb} so the results match the recipe's", file=sys.stderr)
+    os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(a.vllm_kv_cache_gb)
+
+
 def work_settings(a: LadderArgs) -> dict[str, Any]:
     """What the stages and caches in ``work_dir`` depend on: the ladder's settings and the text of the
     stage and world configs they read."""
@@ -398,7 +423,7 @@ def take_sft(a: LadderArgs, work: Path) -> None:
     made = src / "settings.json"
     if not made.exists():
         raise SystemExit(f"sft_from {src}: no settings.json there, so it is not a ladder's work folder")
-    theirs, ours = json.loads(made.read_text(encoding="utf-8")), work_settings(a)
+    theirs, ours = made_settings(made), work_settings(a)
     changed = sorted(k for k in (set(theirs) | set(ours)) - set(RL_SETTINGS) if theirs.get(k) != ours.get(k))
     if changed:
         raise SystemExit(f"sft_from {src} trained SFT or evaluated under other settings ({made}): "
@@ -428,7 +453,7 @@ def check_work_dir(a: LadderArgs, work: Path) -> None:
     path = work / "settings.json"
     now = work_settings(a)
     if path.exists():
-        made = json.loads(path.read_text(encoding="utf-8"))
+        made = made_settings(path)
         changed = sorted(k for k in set(made) | set(now) if made.get(k) != now.get(k))
         if changed:
             raise SystemExit(f"{work} was made with other settings ({path}): "
@@ -442,6 +467,7 @@ def check_work_dir(a: LadderArgs, work: Path) -> None:
 def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
     work = Path(a.work_dir)
     check_work_dir(a, work)
+    pin_engine(a)
     if a.sft_from and not a.report_only:
         take_sft(a, work)
     evaluate = Evaluator(a, work)

@@ -293,6 +293,12 @@ def action_lines(runs: list[dict[str, Any]], plot_name: str) -> list[str]:
             *[f"- {line}" for line in held + train]]
 
 
+def _kv_cache(a) -> str:
+    if "vllm" not in (a.eval_engine, a.rl_engine):
+        return ""
+    return f" with a {a.vllm_kv_cache_gb} GB KV cache, `vllm_kv_cache_gb`; another size changes some greedy outputs"
+
+
 def _vllm_version() -> str:
     import importlib.metadata as md
 
@@ -358,7 +364,7 @@ def write_results(a, rows: list[dict[str, Any]], seconds: float, argv: list[str]
           f"{torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}.", "",
           f"Held-out: {rows[0]['held_out_sessions'] if rows else 0} sessions of users {a.held_out_users} of the world "
           f"(training users {a.train_users}); greedy decoding on {a.eval_engine} (RL rollouts on {a.rl_engine}"
-          f"{_vllm_version()}); intervals are 95% percentile bootstraps over sessions "
+          f"{_vllm_version()}{_kv_cache(a)}); intervals are 95% percentile bootstraps over sessions "
           "(evidence reward) and over (user, period) cells (memory score).", "",
           *([oracle_note(oracle), ""] if oracle else []),
           table(rows), "", "Goals, read off the intervals:", ""]

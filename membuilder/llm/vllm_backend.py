@@ -72,7 +72,7 @@ class VLLMChatModel:
     "auto" is bfloat16 on a CPU), ``device`` ("auto", "cuda" or "cpu": vLLM runs on the platform it
     was built for, so this only checks that it is the one asked for), ``gpu_memory_utilization``
     (share of GPU memory vLLM may take; lower it when a trainer shares the GPU), ``kv_cache_gb``
-    (CPU only: KV-cache size, ``$VLLM_CPU_KVCACHE_SPACE``, default 2 GB), ``max_model_len``
+    (CPU only: KV-cache size in whole GB, over ``$VLLM_CPU_KVCACHE_SPACE``; without it that variable, else 2), ``max_model_len``
     (default 4096 on a CPU), ``enforce_eager`` (skip torch.compile: the engine starts in about
     50 s instead of 2 minutes on a CPU; default: True on a CPU), ``tensor_parallel_size``,
     ``seed``, ``chat_template_kwargs`` (as for the transformers backend), ``in_process`` (run the
@@ -91,15 +91,21 @@ class VLLMChatModel:
     supports_json_schema = True
 
     def __init__(self, path: str, *, name: str | None = None, dtype: str | None = None, device: str | None = None,
-                 gpu_memory_utilization: float = 0.85, kv_cache_gb: float | None = None,
+                 gpu_memory_utilization: float = 0.85, kv_cache_gb: int | None = None,
                  max_model_len: int | None = None, enforce_eager: bool | None = None,
                  tensor_parallel_size: int = 1, seed: int = 0, engine_kwargs: dict[str, Any] | None = None,
                  chat_template_kwargs: dict[str, Any] | None = None, in_process: bool | None = None):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         if device not in (None, "auto", "cuda", "cpu"):
             raise ValueError(f"the vllm backend runs on 'cuda' or 'cpu' (or 'auto'), not {device!r}")
-        # Read by the CPU engine when it starts; harmless on a GPU.
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gb or 2))
+        # Read by the CPU engine when it starts; harmless on a GPU. A size asked for outright wins over the
+        # environment's: it changes the batching, and so some bfloat16 greedy outputs.
+        if kv_cache_gb is None:
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+        elif int(kv_cache_gb) != kv_cache_gb or kv_cache_gb < 1:
+            raise ValueError(f"kv_cache_gb {kv_cache_gb!r}: vLLM's CPU engine takes a whole number of GB, at least 1")
+        else:
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(int(kv_cache_gb))
         vllm = _import_vllm()
         from vllm.platforms import current_platform
 
