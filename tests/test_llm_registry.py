@@ -130,7 +130,6 @@ def _has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-@pytest.mark.skipif(HAS_VLLM, reason="vLLM is installed here; this checks the message shown without it")
 def test_a_vllm_kv_cache_asked_for_wins_over_the_environment_and_must_be_whole_gb(monkeypatch):
     from membuilder.llm.vllm_backend import VLLMChatModel
 
@@ -140,6 +139,7 @@ def test_a_vllm_kv_cache_asked_for_wins_over_the_environment_and_must_be_whole_g
     assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "5"
 
 
+@pytest.mark.skipif(HAS_VLLM, reason="vLLM is installed here; this checks the message shown without it")
 def test_vllm_backend_without_vllm_says_how_to_install():
     with pytest.raises(RuntimeError, match="pip install"):
         load_chat_model("vllm:smollm2-135m")
