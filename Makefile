@@ -88,7 +88,7 @@ peers: setup
 # base -> SFT -> SFT+ADRPO / SFT+GRPO on held-out users (README: hours on 2 CPU cores, resumable).
 # It runs in .venv-vllm: the RL rollouts come from vLLM's CPU engine (rl_engine: vllm).
 ladder: setup-vllm
-	$(PY_VLLM) train/ladder.py --config configs/train/ladder_smollm2_cpu.yaml
+	$(PY_VLLM) -m train.ladder --config configs/train/ladder_smollm2_cpu.yaml
 
 lint: setup
 	$(PY) -m ruff check membuilder memgym_env train tests bench

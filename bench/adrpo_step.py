@@ -13,7 +13,7 @@ tokens, MemoryGym-v0's evidence reward), run for two optimizer steps in each of:
   pass over the completions instead of from the loss pass (``--is_ratio_from_loss false``), to
   measure what reading it off the loss pass saves.
 
-``--recipe ladder`` runs the training ladder's RL step instead (``train.ladder.rl_argv`` with the
+``--recipe ladder`` runs the training ladder's RL step instead (``train.ladder.run.rl_argv`` with the
 defaults of configs/train/ladder_smollm2_cpu.yaml: G = 8, prompts up to 384 tokens, completions up
 to 256, the prompt shared in the loss), continuing the shipped adapter, whose outputs are as long
 as a trained policy's; results go to ``adrpo_step_ladder.json``.
@@ -62,7 +62,7 @@ def recipe_argv(recipe: str, engine: str, out: str) -> list[str]:
     config = RUNS[engine][0]
     if recipe == "cpu":
         return ["--config", config]
-    from train.ladder import LadderArgs, rl_argv
+    from train.ladder.run import LadderArgs, rl_argv
 
     ladder = LadderArgs(adrpo_config=config, rl_engine="vllm" if engine.startswith("vllm") else "transformers")
     return rl_argv(ladder, 0, SHIPPED_ADAPTER, 4.0, Path(out))

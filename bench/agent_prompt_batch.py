@@ -13,8 +13,8 @@ def agent_prompt_batch(tokenizer, prompt_tokens: int, generations: int, completi
     import torch
 
     from membuilder.training.prompts import fit_prompt, token_counter
-    from memgym_env.construction_config import ConstructionConfig
-    from memgym_env.session_scorer import SessionScorer
+    from memgym_env.construction.config import ConstructionConfig
+    from memgym_env.construction.scoring import SessionScorer
 
     scorer = SessionScorer(ConstructionConfig.from_yaml("configs/env/construction_cpu.yaml"), [8], 1)
     obs = scorer.observation(scorer.session_keys()[0])

@@ -20,8 +20,8 @@ import statistics
 import time
 from pathlib import Path
 
-from membuilder.ops import Add, render_ops
-from memgym_env.construction import MemoryGymEnv
+from membuilder.memory.ops import Add, render_ops
+from memgym_env.construction.env import MemoryGymEnv
 
 ROOT = Path(__file__).resolve().parent.parent
 WORLD = {"num_users": 1, "num_periods": 2}

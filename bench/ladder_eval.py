@@ -1,7 +1,7 @@
 """Wall time of one stage evaluation of the training ladder, engine by engine, and how far the
 engines agree.
 
-The evaluation is the ladder's own (``train.ladder_evaluator.Evaluator``: the held-out sessions of
+The evaluation is the ladder's own (``train.ladder.evaluator.Evaluator``: the held-out sessions of
 configs/train/ladder_smollm2_cpu.yaml, four agents each, greedy, up to 256 new tokens, prompts up
 to 384 tokens), of one policy, run in a fresh process per engine:
 
@@ -44,8 +44,8 @@ ENGINES = ("transformers", "vllm")
 def measure(engine: str, policy: str, memory: bool, sessions_per_user: int | None) -> dict:
     """Runs in the engine's own process."""
     sys.path.insert(0, str(ROOT))
-    from train.ladder import LadderArgs
-    from train.ladder_evaluator import Evaluator
+    from train.ladder.evaluator import Evaluator
+    from train.ladder.run import LadderArgs
 
     a = LadderArgs(eval_engine=engine, **({} if memory else {"memory_score_world": "{}"}),
                    **({"eval_sessions_per_user": sessions_per_user} if sessions_per_user else {}))
@@ -79,7 +79,7 @@ def run_engine(engine: str, policy: str, memory: bool, sessions_per_user: int | 
 def agreement(a: dict, b: dict) -> dict:
     """Same-text share over all outputs and the paired reward difference b - a over sessions."""
     sys.path.insert(0, str(ROOT))
-    from train.bootstrap import bootstrap_ci
+    from membuilder.plumbing.stats import bootstrap_ci
 
     assert a["session_keys"] == b["session_keys"]
     same = [a["outputs"][k][agent] == b["outputs"][k][agent] for k in a["session_keys"] for agent in a["outputs"][k]]

@@ -21,7 +21,7 @@ import numpy as np
 
 from membuilder.llm.embedders import load_embedder
 from membuilder.memory import EmbeddingCache, Entry, MemoryBank, retrieve_across
-from membuilder.ops import Add, CoreAppend, render_ops
+from membuilder.memory.ops import Add, CoreAppend, render_ops
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCOMO = ROOT.parent / "shared" / "data" / "locomo" / "locomo10_conv-26.json"

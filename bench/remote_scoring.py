@@ -27,11 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from memgym_env.construction_config import ConstructionConfig  # noqa: E402
-from memgym_env.remote_scorer import RemoteScorer, http_client  # noqa: E402
-from memgym_env.replica_process import start_replicas, stop_replicas  # noqa: E402
-from memgym_env.score_wire import dumps, score_request  # noqa: E402
-from memgym_env.session_scorer import SessionScorer  # noqa: E402
+from memgym_env.construction.config import ConstructionConfig  # noqa: E402
+from memgym_env.construction.scoring import SessionScorer  # noqa: E402
+from memgym_env.serving.remote_scorer import RemoteScorer, http_client  # noqa: E402
+from memgym_env.serving.replicas import start_replicas, stop_replicas  # noqa: E402
+from memgym_env.serving.wire import dumps, score_request  # noqa: E402
 
 ENV_CONFIG = "configs/env/construction_cpu.yaml"
 G = 8

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from membuilder.memory.entry import MEMORY_TYPES
-from membuilder.ops import AGENTS
+from membuilder.memory.ops import AGENTS
 
 LAMBDA = 0.8
 CORE_FREE_TOKENS = 150

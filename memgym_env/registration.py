@@ -10,8 +10,8 @@ def register_envs() -> None:
     if "MemoryGym-v0" not in registered:
         gym.register(
             id="MemoryGym-v0",
-            entry_point="memgym_env.construction:MemoryGymEnv",
-            vector_entry_point="memgym_env.construction:make_vector_env",
+            entry_point="memgym_env.construction.env:MemoryGymEnv",
+            vector_entry_point="memgym_env.construction.env:make_vector_env",
             nondeterministic=False,
         )
     if "MemoryGym-Interactive-v0" not in registered:

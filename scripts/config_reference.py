@@ -24,13 +24,13 @@ OUT = ROOT / "docs" / "configuration.md"
 def sections():
     from membuilder.training.adrpo import ADRPOConfig
     from memgym_env.benchmarks.runner import EvalConfig
-    from memgym_env.construction_config import ConstructionConfig
-    from memgym_env.demo import DemoSizes
+    from memgym_env.construction.config import ConstructionConfig
+    from memgym_env.demo.job import DemoSizes
     from memgym_env.interactive.runner import RunConfig
     from memgym_env.world.config import SessionQAConfig, WorldConfig
     from train.adrpo import ADRPOScriptArgs
     from train.common import BenchmarkEvalArgs, EnvArgs
-    from train.ladder import LadderArgs
+    from train.ladder.run import LadderArgs
     from train.sft import SFTScriptArgs
 
     return [

@@ -1,6 +1,6 @@
 """Copy the ladder's table and goal lines from results/ladder.md into the README.
 
-``python train/ladder.py ... --report_only true`` rewrites results/ladder.md; the README quotes its table
+``python -m train.ladder ... --report_only true`` rewrites results/ladder.md; the README quotes its table
 and its goals word for word (tests/test_readme_results.py checks that). Run this after every report:
 
     python scripts/readme_ladder.py            # rewrites the README's block

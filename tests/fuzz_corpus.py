@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import random
 
-from membuilder.ops import Add, CoreAppend, CoreReplace, CoreRewrite, Merge, Skip, Update, render_ops
+from membuilder.memory.ops import Add, CoreAppend, CoreReplace, CoreRewrite, Merge, Skip, Update, render_ops
 
 POOL = [
     "2023-05-08: Caroline went to an LGBTQ support group | Details: she felt inspired",

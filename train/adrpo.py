@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from membuilder.training.format_scorer import FormatScorer
 from membuilder.training.prompts import rl_rows, token_counter
-from memgym_env.remote_scorer import RemoteScorer
-from memgym_env.session_scorer import SessionScorer
+from memgym_env.construction.scoring import SessionScorer
+from memgym_env.serving.remote_scorer import RemoteScorer
 from train.common import (  # noqa: E402
     BenchmarkEvalArgs,
     EnvArgs,

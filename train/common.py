@@ -22,8 +22,8 @@ from membuilder.training.checkpoints import save_policy
 from membuilder.training.sft import lora_config
 from membuilder.training.trajectories import write_jsonl
 from memgym_env.benchmarks.runner import EvalConfig
-from memgym_env.construction_config import ConstructionConfig
-from memgym_env.episodes import Episode, expert_snapshots, load_episodes
+from memgym_env.construction.config import ConstructionConfig
+from memgym_env.construction.episodes import Episode, expert_snapshots, load_episodes
 
 
 @dataclass

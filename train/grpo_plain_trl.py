@@ -18,9 +18,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from membuilder.llm.registry import resolve_chat_path  # noqa: E402
-from membuilder.ops import AGENTS  # noqa: E402
-from memgym_env.construction_config import ConstructionConfig  # noqa: E402
-from memgym_env.trl_grpo import MemoryReward, memory_dataset, session_rows  # noqa: E402
+from membuilder.memory.ops import AGENTS  # noqa: E402
+from memgym_env.construction.config import ConstructionConfig  # noqa: E402
+from memgym_env.construction.trl_reward import MemoryReward, memory_dataset, session_rows  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -56,7 +56,7 @@ def main(argv=None):
     if args.scorer_urls:
         from datasets import Dataset
 
-        from memgym_env.remote_scorer import RemoteScorer
+        from memgym_env.serving.remote_scorer import RemoteScorer
 
         scorer = RemoteScorer(args.scorer_urls, expected_config=config)
         dataset = Dataset.from_list(session_rows(scorer, None, agents, tokenizer, args.max_prompt_tokens))

@@ -28,7 +28,7 @@ from membuilder.agents.assistant import ChatAssistant, Message, bound, fit_newes
 from membuilder.agents.notes import DEFAULT_GUIDE, MAX_NOTE_CHARS, note_lines
 from membuilder.agents.text_index import TextIndex
 from membuilder.llm.base import Sampling
-from membuilder.ops import first_json_object
+from membuilder.memory.ops import first_json_object
 
 EVENTS = ("ADD", "UPDATE", "DELETE", "NONE")
 

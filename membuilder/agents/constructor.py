@@ -18,7 +18,7 @@ from typing import Any
 from membuilder import prompts
 from membuilder.llm.base import ChatMessages, ChatModel, Completion, Sampling
 from membuilder.memory.core import CORE_LIMIT
-from membuilder.ops import AGENTS
+from membuilder.memory.ops import AGENTS
 
 SYSTEM = "You are a careful memory-writing agent. You answer only with the JSON your instructions ask for."
 

@@ -49,7 +49,7 @@ class Mem0Assistant(ChatAssistant):
         return self.user_id or "user"
 
     def _reset_memory(self) -> None:
-        from membuilder.peers.mem0_store import Mem0Store
+        from membuilder.agents.mem0_store import Mem0Store
 
         self._drop_store()
         self._folder = tempfile.mkdtemp(prefix="memgym-mem0-")
@@ -60,7 +60,7 @@ class Mem0Assistant(ChatAssistant):
         if not self.infer:
             return None
         if self._endpoint is None:
-            from membuilder.peers.endpoint import model_endpoint
+            from membuilder.agents.peer_endpoint import model_endpoint
 
             self._endpoint, self._server = model_endpoint(self.model, self.write_tokens, self.context_length)
         return self._endpoint

@@ -1,5 +1,5 @@
 """MemBuilder assistant: the four-agent constructor writes the memory bank after each session;
-answers come from Core + the top-10 entries (``membuilder.answer``)."""
+answers come from Core + the top-10 entries (``membuilder.agents.answer``)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from membuilder.agents.answer import choice_prompt, memory_lines
 from membuilder.agents.assistant import ChatAssistant, Message, bound, transcript
 from membuilder.agents.constructor import MemBuilderPolicy, core_compressor
-from membuilder.answer import choice_prompt, memory_lines
 from membuilder.llm.base import ChatMessages, Sampling
 from membuilder.memory import MemoryBank
-from membuilder.ops import SEARCHABLE_AGENTS
+from membuilder.memory.ops import SEARCHABLE_AGENTS
 
 BANK_DIR = "bank"
 # Longest memory-writing prompt by default: room for a 256-token output in a 4096-token context.

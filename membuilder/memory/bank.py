@@ -12,9 +12,7 @@ from membuilder.llm.embedders import Embedder
 from membuilder.memory.core import CORE_LIMIT, Compressor, CoreBlock, CoreEvent
 from membuilder.memory.embedding_cache import EmbeddingCache
 from membuilder.memory.entry import MEMORY_TYPES, Entry, Hit
-from membuilder.memory.persist import read_bank, save_bank
-from membuilder.memory.store import VectorStore, search_stores
-from membuilder.ops import (
+from membuilder.memory.ops import (
     Add,
     CoreAppend,
     CoreReplace,
@@ -27,6 +25,8 @@ from membuilder.ops import (
     parse,
     written_text,
 )
+from membuilder.memory.persist import read_bank, save_bank
+from membuilder.memory.store import VectorStore, search_stores
 
 _ID_PREFIX = {"episodic": "epi", "semantic": "sem", "procedural": "pro"}
 

@@ -38,7 +38,7 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler, split_tensor_dict
 
-from membuilder.ops import AGENTS, SEARCHABLE_AGENTS
+from membuilder.memory.ops import AGENTS, SEARCHABLE_AGENTS
 from membuilder.reward import CandidateScorer, task_rewarded_coin
 from membuilder.training.importance_ratio import RatioStats, importance_ratio
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from membuilder import reward as R
 from membuilder.agents.constructor import OBS_CORE, OBS_SESSION, OBS_TIME
-from membuilder.ops import AGENTS, parse, written_text
+from membuilder.memory.ops import AGENTS, parse, written_text
 
 
 class FormatScorer:

@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from membuilder.ops import AGENTS, parse
+from membuilder.memory.ops import AGENTS, parse
 from membuilder.reward import CandidateScorer
 from membuilder.training.prompts import fit_prompt, token_counter
 

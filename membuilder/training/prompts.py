@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from membuilder.agents.constructor import PromptLength, fit_prompt, render_prompt
-from membuilder.ops import AGENTS
+from membuilder.memory.ops import AGENTS
 
 
 def token_counter(tokenizer) -> PromptLength:

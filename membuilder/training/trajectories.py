@@ -31,7 +31,7 @@ from typing import Any
 
 from membuilder.agents.constructor import MemBuilderPolicy, build_observation, render_prompt
 from membuilder.llm.base import Sampling
-from membuilder.ops import AGENTS, parse
+from membuilder.memory.ops import AGENTS, parse
 from membuilder.training.prompts import PromptLength, fit_prompt
 
 # An observation -> {agent: raw output}.

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memgym_env.safe_json import GuardedReader, JSONLimitError, load_json_file
+from membuilder.plumbing.json_files import GuardedReader, JSONLimitError, load_json_file
 
 log = logging.getLogger("memgym.benchmarks")
 
@@ -45,7 +45,7 @@ class Problems:
 
 def read_json(path: str | Path) -> Any:
     """Parse a ``.json`` or ``.json.gz`` file, nesting depth and size checked first
-    (``memgym_env.safe_json``); errors name the file."""
+    (``membuilder.plumbing.json_files``); errors name the file."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from membuilder.answer import choose_many
+from membuilder.agents.answer import choose_many
 
 from .perltqa import QA_PARTS
 

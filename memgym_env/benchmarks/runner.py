@@ -30,8 +30,8 @@ from membuilder.agents.constructor import core_compressor
 from membuilder.llm import load_chat_model
 from membuilder.llm import load_embedder as load
 from membuilder.llm.base import Sampling
+from memgym_env.benchmarks.peers import INFERRING_PEERS, PEER_SYSTEMS
 from memgym_env.conversation import Conversation, QAItem
-from memgym_env.peers import INFERRING_PEERS, PEER_SYSTEMS
 
 from . import load_benchmark
 from .answering import answer_prompt
@@ -190,7 +190,7 @@ def make_system(cfg: EvalConfig, models: dict[str, Any]):
         return MemBuilder(membuilder_session_builder(models["model"], cfg.construct_max_tokens), models["embedder"],
                           k=cfg.answer_k, compressor=core_compressor(models["model"]))
     if cfg.system in PEER_SYSTEMS:
-        from memgym_env.peers.systems import make_peer
+        from memgym_env.benchmarks.peer_factory import make_peer
 
         return make_peer(cfg, models)
     raise ValueError(f"unknown system {cfg.system!r}; expected one of {', '.join(SYSTEMS)}")

@@ -36,9 +36,9 @@ import numpy as np
 from membuilder.agents.constructor import MemBuilderPolicy
 from membuilder.llm.base import Sampling
 from membuilder.memory import MemoryBank
-from membuilder.ops import AGENTS
+from membuilder.memory.ops import AGENTS
+from memgym_env.benchmarks.peers import PEER_SYSTEMS
 from memgym_env.conversation import Conversation, QAItem, Session
-from memgym_env.peers import PEER_SYSTEMS
 
 from .answering import memory_block
 from .locomo_f1 import answer_tokens

@@ -10,9 +10,9 @@ from pathlib import Path
 from membuilder.llm import load_chat_model
 from membuilder.llm.embedders import load_embedder
 from membuilder.llm.registry import TRAINED_POLICY, constructor_spec
-from memgym_env import demo
-from memgym_env.demo_report import interactive_table, trained_table, write_report
-from memgym_env.demo_tour import DEFAULT_DATA, run_tour
+from memgym_env.demo import job as demo
+from memgym_env.demo.report import interactive_table, trained_table, write_report
+from memgym_env.demo.tour import DEFAULT_DATA, run_tour
 
 HELP = "The main job end to end: world, MemoryGym-v0, assistants, report."
 EXAMPLES = """examples:

@@ -9,8 +9,8 @@ from pathlib import Path
 from membuilder.agents.constructor import MemBuilderPolicy
 from membuilder.llm import load_chat_model
 from membuilder.llm.registry import TRAINED_POLICY, constructor_spec
-from membuilder.ops import AGENTS
-from memgym_env.construction import ConstructionConfig, MemoryGymEnv
+from membuilder.memory.ops import AGENTS
+from memgym_env.construction.env import ConstructionConfig, MemoryGymEnv
 
 HELP = "Run MemoryGym-v0 episodes with the oracle, empty or MemBuilder-prompting policy."
 EXAMPLES = """examples:

@@ -58,9 +58,9 @@ def parse_users(spec: str | None) -> list[int] | None:
 
 
 def run(args) -> int:
-    from memgym_env.construction_config import ConstructionConfig
-    from memgym_env.env_app import build_app
-    from memgym_env.http_serving import HttpServer
+    from memgym_env.construction.config import ConstructionConfig
+    from memgym_env.serving.env_app import build_app
+    from memgym_env.serving.http import HttpServer
 
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be between 0 and 65535, got {args.port}")

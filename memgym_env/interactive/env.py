@@ -13,8 +13,8 @@ from typing import Any
 import gymnasium as gym
 from gymnasium import spaces
 
-from membuilder.ops import first_json_object
-from memgym_env.simulator import Simulator, make_simulator
+from membuilder.memory.ops import first_json_object
+from memgym_env.interactive.simulator import Simulator, make_simulator
 from memgym_env.spaces import FreeText
 from memgym_env.world import WorldConfig, generate_world, read_world
 from memgym_env.world.types import World, WorldError, WorldUser

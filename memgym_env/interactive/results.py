@@ -11,7 +11,7 @@ import numpy as np
 
 from memgym_env.interactive import metrics
 from memgym_env.interactive.run_files import period_dir, write_json
-from memgym_env.simulator import reads_replies
+from memgym_env.interactive.simulator import reads_replies
 from memgym_env.world.types import World, WorldUser
 
 RESULTS_FILE = "results.json"

@@ -37,7 +37,7 @@ from memgym_env.interactive.checks import (
 from memgym_env.interactive.env import MESSAGE, InteractiveEnv
 from memgym_env.interactive.results import collect_results, write_report
 from memgym_env.interactive.run_files import RUN_FILE, finished_periods, period_dir, write_json
-from memgym_env.simulator import ReplaySimulator, make_simulator
+from memgym_env.interactive.simulator import ReplaySimulator, make_simulator
 from memgym_env.world.types import World, WorldUser
 
 IDENTITY = ("world_digest", "assistant", "model", "constructor", "simulator", "replay", "seed", "assistant_options",

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from memgym_env.safe_json import JSONLimitError, load_json_file
+from membuilder.plumbing.json_files import JSONLimitError, load_json_file
 from memgym_env.world.types import (
     AnswerChoice,
     Period,

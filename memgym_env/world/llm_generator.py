@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from membuilder.llm.base import ChatModel, Sampling
-from membuilder.ops import strip_think
+from membuilder.memory.ops import strip_think
 from memgym_env.world import llm_prompts as P
 from memgym_env.world.catalog import Catalog, load_catalog
 from memgym_env.world.config import WorldConfig

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from membuilder.ops import AGENTS, Add, CoreAppend, CoreReplace, CoreRewrite, Op, Update, render_ops
+from membuilder.memory.ops import AGENTS, Add, CoreAppend, CoreReplace, CoreRewrite, Op, Update, render_ops
 from memgym_env.world.catalog import load_catalog
 from memgym_env.world.types import SessionRef, VariableInfo, WorldUser
 
@@ -35,7 +35,7 @@ class ExpertStep:
     index: int
     session_time: str
     ops: dict[str, list[Op]]
-    outputs: dict[str, str]  # agent -> the JSON text the agent should emit (``membuilder.ops.parse`` accepts it)
+    outputs: dict[str, str]  # agent -> the JSON text the agent should emit (``membuilder.memory.ops.parse`` accepts it)
     core_after: str  # the Core block once the Core output is applied
     revealed: dict[str, str] = field(default_factory=dict)  # variable -> value this session revealed
 

@@ -89,11 +89,11 @@ def test_a_run_continuing_a_lora_adapter_starts_its_engine_from_the_base_and_syn
 
 def test_the_ladders_rl_runs_follow_one_another_in_one_process_each_with_its_own_engine(tmp_path, monkeypatch):
     """make ladder trains its RL runs one after the other in one process, each with a colocated engine,
-    as ``train.ladder.rl_argv`` (rl_engine: vllm) starts them from the SFT adapter."""
+    as ``train.ladder.run.rl_argv`` (rl_engine: vllm) starts them from the SFT adapter."""
     import gc
 
-    from train import ladder
     from train.adrpo import build
+    from train.ladder import run as ladder
 
     monkeypatch.chdir(ROOT)
     a = ladder.LadderArgs(rl_generations=2, max_completion_tokens=16)
@@ -113,7 +113,7 @@ def test_the_ladders_rl_runs_follow_one_another_in_one_process_each_with_its_own
         if run == "adrpo":  # a curve point, as the ladder takes one mid-run, from the trainer's own engine
             from transformers import TrainerState
 
-            from train.curve_callback import CurveCallback
+            from train.ladder.curve_callback import CurveCallback
 
             evaluator = ladder.Evaluator(ladder.LadderArgs(held_out_users="8", eval_sessions_per_user=1,
                                                            max_completion_tokens=16), tmp_path / "work")

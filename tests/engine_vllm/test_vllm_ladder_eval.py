@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from membuilder.ops import AGENTS
+from membuilder.memory.ops import AGENTS
 
 pytestmark = pytest.mark.slow
 
 
 def test_the_ladder_evaluates_a_stage_on_the_engine(tmp_path):
-    from train import ladder
+    from train.ladder import run as ladder
 
     a = ladder.LadderArgs(held_out_users="8-9", eval_sessions_per_user=1, max_completion_tokens=32,
                           eval_engine="vllm", memory_score_world='{"num_users": 1, "num_periods": 0, "seed": 7}',

@@ -1,0 +1,1 @@
+"""Plumbing every layer shares: guarded JSON reads and atomic writes, statistics, the HTTP stack."""

@@ -1,0 +1,382 @@
+"""ADRPO trainer mechanics on a tiny random Llama and a byte-level tokenizer built in memory."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("trl")
+torch.set_num_threads(1)
+
+from datasets import Dataset  # noqa: E402
+from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+
+from membuilder.memory.ops import AGENTS, SEARCHABLE_AGENTS  # noqa: E402
+from membuilder.reward import CandidateReward  # noqa: E402
+from membuilder.training.adrpo import (  # noqa: E402
+    ADRPOConfig,
+    ADRPOTrainer,
+    SessionRepeatSampler,
+    SessionReward,
+    group_advantages,
+    weight_advantages,
+)
+from membuilder.training.format_scorer import FormatScorer  # noqa: E402
+from membuilder.training.prompts import fit_prompt, rl_rows, token_counter  # noqa: E402
+from membuilder.training.tiny import byte_tokenizer, tiny_llama  # noqa: E402
+
+SESSIONS = {"s1": "user: I moved to Lyon last week.", "s2": "user: I adopted a cat named Luna.",
+            "s3": "user: I now run every morning before work."}
+
+
+def letter_share(text: str) -> float:
+    return sum(c.isascii() and c.isalpha() for c in text) / max(1, len(text))
+
+
+class LengthScorer(FormatScorer):
+    """A real scorer of raw outputs for mechanics tests: random text is never valid JSON, so the
+    reward is the share of ASCII letters in each output, and the dominant memory type is the
+    searchable agent that wrote the most characters (it gets alpha)."""
+
+    alpha = 4.0
+
+    def score(self, session_key, candidates, *, task_rewarded=True):
+        out = []
+        for cand in candidates:
+            fill = {a: letter_share(cand[a]) for a in AGENTS}
+            dominant = max(SEARCHABLE_AGENTS, key=lambda a: (len(cand[a]), a))
+            weights = {a: (self.alpha if a == dominant else 1.0) for a in AGENTS}
+            out.append(CandidateReward(agent_rewards=fill, weights=weights, task_reward=1.0,
+                                       valid=dict.fromkeys(AGENTS, True), length_penalty=dict.fromkeys(AGENTS, 0.0),
+                                       dominant=dominant))
+        return out
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return byte_tokenizer()
+
+
+def _args(tmp_path, **kw):
+    base = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False, gradient_checkpointing=False, report_to="none",
+                per_device_train_batch_size=8, num_generations=2, max_completion_length=12, max_steps=2,
+                logging_steps=1, learning_rate=5e-3, save_strategy="no", seed=0, temperature=1.0,
+                max_prompt_tokens=400)
+    base.update(kw)
+    return ADRPOConfig(**base)
+
+
+def _trainer(tokenizer, tmp_path, scorer=None, alpha=4.0, eval_dataset=None, **kw):
+    if scorer is None:
+        scorer = LengthScorer.from_texts(SESSIONS)
+        scorer.alpha = alpha
+    args = _args(tmp_path, **kw)
+    rows = rl_rows(scorer.session_keys(), scorer.observation, token_counter(tokenizer), args.max_prompt_tokens)
+    model = tiny_llama(tokenizer)
+    if args.beta:  # TRL builds the KL reference from the policy's path
+        model.save_pretrained(tmp_path / "tiny")
+        model = type(model).from_pretrained(tmp_path / "tiny")
+    trainer = ADRPOTrainer(model=model, args=args, scorer=scorer, train_dataset=Dataset.from_list(rows),
+                           eval_dataset=eval_dataset, processing_class=tokenizer)
+    trainer.current_gradient_accumulation_steps = 1  # set by train(); needed to call _compute_loss directly
+    return trainer
+
+
+def test_weighting_arithmetic_on_a_hand_computed_batch():
+    # two agent prompts, G = 4: rewards [1, 0, 0, 1] and [0.5, 0.5, 0.5, 1.0]
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.5, 0.5, 0.5, 1.0])
+    adv = group_advantages(rewards, 4)
+    s1 = (4 * 0.25 / 3) ** 0.5  # sample std of [1, 0, 0, 1]: sqrt(sum of 4 x 0.5^2 / 3)
+    s2 = (3 * 0.125**2 + 0.375**2) ** 0.5 / 3**0.5
+    expected = torch.tensor([0.5 / s1, -0.5 / s1, -0.5 / s1, 0.5 / s1,
+                             -0.125 / s2, -0.125 / s2, -0.125 / s2, 0.375 / s2])
+    assert torch.allclose(adv, expected, atol=1e-3)
+    weights = torch.tensor([4.0, 1.0, 1.0, 4.0, 1.0, 1.0, 1.0, 1.0])
+    assert torch.allclose(weight_advantages(adv, weights), adv * weights)
+    per_token = adv.unsqueeze(1).repeat(1, 3)
+    assert torch.allclose(weight_advantages(per_token, weights), (adv * weights).unsqueeze(1).repeat(1, 3))
+
+
+def test_sampler_keeps_the_four_agents_of_a_session_in_one_generation_batch():
+    keys = [k for k in ("a", "b", "c", "d", "e", "f") for _ in AGENTS]
+    sampler = SessionRepeatSampler(keys, mini_repeat_count=2, batch_size=8, repeat_count=1, seed=3)
+    order = list(sampler)
+    assert len(order) == len(sampler) == 6 * 4 * 2
+    for start in range(0, len(order), 16):  # one generation batch = 8 rows x G
+        batch = order[start:start + 16]
+        sessions = {keys[i] for i in batch}
+        assert len(sessions) == 2
+        for s in sessions:
+            rows = [i for i in batch if keys[i] == s]
+            assert len(rows) == 8 and len(set(rows)) == 4  # all four agents, G each
+    firsts = [keys[order[i]] for i in range(0, len(order), 8)]
+    assert firsts != ["a", "b", "c", "d", "e", "f"]  # sessions are shuffled
+    with pytest.raises(ValueError, match="split a session"):
+        SessionRepeatSampler(keys, mini_repeat_count=2, batch_size=6)
+
+
+def test_rollout_k_pairs_the_kth_completion_of_each_agent():
+    seen = []
+
+    class Recording(LengthScorer):
+        def score(self, session_key, candidates, *, task_rewarded=True):
+            seen.append((session_key, candidates))
+            return super().score(session_key, candidates, task_rewarded=task_rewarded)
+
+    reward = SessionReward(Recording.from_texts(SESSIONS))
+    keys, agents, completions = [], [], []
+    for agent in AGENTS:
+        for k in range(2):
+            keys.append("s1")
+            agents.append(agent)
+            completions.append([{"role": "assistant", "content": f"{agent}-{k}" + "x" * (k * 10)}])
+    rewards = reward(prompts=[None] * 8, completions=completions, session_key=keys, agent=agents)
+    (key, cands), = seen
+    assert key == "s1" and [c["core"] for c in cands] == ["core-0", "core-1" + "x" * 10]
+    assert all(c[a].startswith(f"{a}-{k}") for k, c in enumerate(cands) for a in AGENTS)
+    assert rewards[0] == pytest.approx(4 / 6) and rewards[1] == pytest.approx(14 / 16)
+    # dominant in both rollouts: procedural (longest name); its completions carry alpha
+    assert reward.last_weights == [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 4.0, 4.0]
+    assert reward.last_stats["adrpo/dominant_procedural"] == 1.0
+
+
+def test_reward_density_coin_is_seeded_and_passed_to_the_scorer():
+    asked = []
+
+    class Recording(LengthScorer):
+        def score(self, session_key, candidates, *, task_rewarded=True):
+            asked.append(task_rewarded)
+            return super().score(session_key, candidates, task_rewarded=task_rewarded)
+
+    reward = SessionReward(Recording.from_texts(SESSIONS), reward_density=4, seed=1)
+    share = sum(reward.task_rewarded(f"s{i}", step) for i in range(50) for step in range(20)) / 1000
+    assert 0.2 < share < 0.3
+    keys, agents = ["s1"] * 8, [a for a in AGENTS for _ in range(2)]
+    for step in range(12):
+        state = type("State", (), {"global_step": step})()
+        reward(prompts=[None] * 8, completions=["x"] * 8, session_key=keys, agent=agents, trainer_state=state)
+    assert asked == [reward.task_rewarded("s1", step) for step in range(12)] and False in asked
+    dense = SessionReward(LengthScorer.from_texts(SESSIONS))
+    assert dense.reward_density == 1 and all(dense.task_rewarded("s1", step) for step in range(10))
+
+
+def test_unrewarded_session_in_the_trainer_uses_the_env_reward_as_it_is():
+    """Published: an unrewarded session keeps validity and length with r_task = 1 and no dominant
+    type. A rollout whose memory would answer nothing does not score above one that answers."""
+    import codecs
+    import json
+
+    from memgym_env.construction.config import ConstructionConfig
+    from memgym_env.construction.scoring import SessionScorer
+
+    scorer = SessionScorer(ConstructionConfig(answer_mode="evidence", world_overrides={"num_users": 1},
+                                              reward_density=1000), users=[0], max_sessions_per_user=2)
+    key = scorer.session_keys()[1]
+    expert = scorer.expert_action(key)
+
+    def rot13(v):
+        if isinstance(v, str):
+            return codecs.encode(v, "rot13")
+        if isinstance(v, list):
+            return [rot13(x) for x in v]
+        return {k: x if k in ("operation", "action") else rot13(x) for k, x in v.items()}
+
+    blind = {a: json.dumps(rot13(json.loads(t))) for a, t in expert.items()}
+    reward = SessionReward(scorer, seed=0)
+    assert reward.reward_density == 1000 and not reward.task_rewarded(key, 0)
+    agents = [a for a in AGENTS for _ in range(2)]
+    completions = [(expert if k == 0 else blind)[a] for a in AGENTS for k in range(2)]
+    rewards = reward(prompts=[None] * 8, completions=completions, session_key=[key] * 8, agent=agents)
+    knows, knows_nothing = rewards[0::2], rewards[1::2]
+    assert knows_nothing == knows and all(r > 0 for r in knows)
+    assert reward.last_weights == [1.0] * 8 and reward.last_stats["adrpo/dominant_none"] == 1.0
+    assert reward.last_stats["reward/task_rewarded"] == 0.0 and "reward/task" not in reward.last_stats
+    env_rewards = scorer.score(key, [expert], task_rewarded=False)[0].agent_rewards
+    assert knows == [env_rewards[a] for a in AGENTS]  # the trainer adds nothing of its own
+
+
+def test_prompt_truncation_drops_memory_entries_not_instructions(tokenizer):
+    obs = {"session": "user: hello", "session_time": "2024-01-01", "core": "Name: Ana",
+           "semantic": [f"Fact {i}: " + "detail " * 20 for i in range(20)]}
+    length = token_counter(tokenizer)
+    full = fit_prompt("semantic", obs, length, None)
+    short = fit_prompt("semantic", obs, length, length(full) - 300)
+    assert length(short) <= length(full) - 300
+    assert "Fact 0:" in short[1]["content"] and "Fact 19:" not in short[1]["content"]
+    tail = full[1]["content"][-200:]  # the output instructions at the end survive
+    assert short[1]["content"].endswith(tail)
+
+
+GRPO_FIELDS = ("output_dir", "use_cpu", "bf16", "gradient_checkpointing", "report_to", "per_device_train_batch_size",
+               "num_generations", "max_completion_length", "learning_rate", "seed", "temperature", "beta", "epsilon",
+               "loss_type", "scale_rewards")
+
+
+def test_alpha_one_equals_grpo_loss_on_the_same_batch(tokenizer, tmp_path):
+    for beta in (0.0, 0.02):
+        trainer = _trainer(tokenizer, tmp_path / f"a1-{beta}", alpha=1.0, beta=beta)
+        grpo = GRPOTrainer(model=trainer.model, reward_funcs=[lambda completions, **_: [0.0] * len(completions)],
+                           args=GRPOConfig(**{k: getattr(trainer.args, k) for k in GRPO_FIELDS}),
+                           train_dataset=trainer.train_dataset, processing_class=tokenizer)
+        grpo.current_gradient_accumulation_steps = 1
+        batch = next(iter(trainer.get_train_dataloader()))
+        trainer.model.train()
+        out = trainer._generate_and_score_completions(batch)
+        assert torch.all(out["adrpo_weights"] == 1.0)
+        assert out["advantages"].abs().sum() > 0
+        if beta:
+            assert "ref_per_token_logps" in out
+        grpo.model.train()
+        assert torch.equal(trainer._compute_loss(trainer.model, out), grpo._compute_loss(grpo.model, out))
+
+
+def test_alpha_scales_the_loss_through_the_advantages(tokenizer, tmp_path):
+    trainer = _trainer(tokenizer, tmp_path, alpha=4.0)
+    trainer.model.train()
+    out = trainer._generate_and_score_completions(next(iter(trainer.get_train_dataloader())))
+    weights = out["adrpo_weights"]
+    assert set(weights.tolist()) == {1.0, 4.0}
+    # TRL's advantages are the per-agent-prompt group normalisation of the session rewards
+    rewards = torch.tensor(list(trainer._logs["rewards"]["session_reward"]))
+    assert torch.allclose(out["advantages"], group_advantages(rewards, 2), atol=1e-5)
+
+    def grads(loss_fn):
+        trainer.model.zero_grad()
+        loss = loss_fn()
+        loss.backward()
+        return loss.detach(), torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None])
+
+    weighted = grads(lambda: trainer._compute_loss(trainer.model, out))
+    by_hand = grads(lambda: GRPOTrainer._compute_loss(trainer, trainer.model,
+                                                      {**out, "advantages": out["advantages"] * weights}))
+    plain = grads(lambda: GRPOTrainer._compute_loss(trainer, trainer.model, out))
+    assert torch.equal(weighted[0], by_hand[0]) and torch.equal(weighted[1], by_hand[1])
+    assert not torch.allclose(weighted[1], plain[1])  # the dominant agent's gradient is scaled by alpha
+
+
+def test_two_adrpo_steps_change_the_weights_and_log_stable_metrics(tokenizer, tmp_path):
+    trainer = _trainer(tokenizer, tmp_path)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    changed = [n for n, p in trainer.model.named_parameters() if not torch.equal(before[n], p)]
+    assert changed
+    logs = trainer.state.log_history[0]
+    for name in ["reward/task", "adrpo/weight_mean", "adrpo/dominant_none", "time/generate", "time/score",
+                 "time/tokens_per_s", "reward/frac_groups_alike",
+                 *(f"reward/valid_{a}" for a in AGENTS), *(f"reward/length_penalty_{a}" for a in AGENTS),
+                 *(f"adrpo/dominant_{m}" for m in SEARCHABLE_AGENTS)]:
+        assert name in logs, name
+    assert logs["adrpo/weight_mean"] > 1.0
+    # the last step's share of agent prompts whose G rewards are all equal, counted exactly
+    last = [h for h in trainer.state.log_history if "reward/frac_groups_alike" in h][-1]
+    rewards, g = trainer.session_reward.last_rewards, trainer.num_generations
+    groups = [rewards[i:i + g] for i in range(0, len(rewards), g)]
+    assert last["reward/frac_groups_alike"] == pytest.approx(sum(len(set(x)) == 1 for x in groups) / len(groups))
+
+
+def test_resume_from_a_checkpoint(tokenizer, tmp_path):
+    trainer = _trainer(tokenizer, tmp_path, save_strategy="steps", save_steps=1, max_steps=2)
+    trainer.train()
+    checkpoint = tmp_path / "checkpoint-2"
+    assert (checkpoint / "trainer_state.json").exists()
+    again = _trainer(tokenizer, tmp_path, save_strategy="no", max_steps=3)
+    again.train(resume_from_checkpoint=str(checkpoint))
+    assert again.state.global_step == 3
+
+
+def test_batch_that_would_split_a_session_is_refused(tokenizer, tmp_path):
+    with pytest.raises(ValueError, match="whole sessions|split a session"):
+        _trainer(tokenizer, tmp_path, per_device_train_batch_size=6, num_generations=2)
+
+
+def test_one_adrpo_step_with_the_memorygym_scorer(tokenizer, tmp_path):
+    """End to end: world sessions, expert snapshots and the env's reward drive one ADRPO step."""
+    from memgym_env.construction.config import ConstructionConfig
+    from memgym_env.construction.scoring import SessionScorer
+
+    scorer = SessionScorer(ConstructionConfig(answer_mode="evidence", world_overrides={"num_users": 1}),
+                           max_sessions_per_user=2)
+    trainer = _trainer(tokenizer, tmp_path, scorer=scorer, max_steps=1, max_prompt_tokens=6000)
+    trainer.train()
+    logs = trainer.state.log_history[0]
+    # A random tiny model writes no valid JSON: the validity gate zeroes every agent.
+    assert logs["reward/valid_core"] == 0.0 and "adrpo/weight_mean" in logs
+
+
+def test_an_adrpo_run_with_an_eval_dataset_evaluates(tokenizer, tmp_path):
+    scorer = LengthScorer.from_texts(SESSIONS)
+    rows = Dataset.from_list(rl_rows(["s3"], scorer.observation, token_counter(tokenizer), 400))
+    trainer = _trainer(tokenizer, tmp_path, scorer=scorer, max_steps=1, eval_strategy="steps", eval_steps=1,
+                       per_device_eval_batch_size=8, eval_dataset=rows)
+    trainer.train()
+    metrics = [log for log in trainer.state.log_history if "eval_loss" in log or "eval_reward" in log]
+    assert metrics, trainer.state.log_history
+    metrics = metrics[0]
+    assert metrics["eval_reward"] > 0 and "eval_adrpo/weight_mean" in metrics
+
+
+def test_micro_batches_of_one_prompt_train_what_one_session_batch_trains(tokenizer, tmp_path):
+    """share_prompt with G rows a micro-batch: each micro-batch holds one agent prompt, and the accumulated
+    update equals the update of the whole session in one micro-batch (same rollouts, same seed)."""
+    whole = _trainer(tokenizer, tmp_path / "whole", max_steps=1, learning_rate=1e-2)
+    whole.train()  # each trainer seeds the RNG when built: build the second after the first has sampled
+    split = _trainer(tokenizer, tmp_path / "split", max_steps=1, learning_rate=1e-2,
+                     per_device_train_batch_size=2, gradient_accumulation_steps=4)
+    split.train()
+    assert len(split._buffered_inputs) == 4
+    for micro in split._buffered_inputs:
+        prompts = {tuple(row[mask.bool()].tolist()) for row, mask in zip(micro["prompt_ids"], micro["prompt_mask"])}
+        assert len(prompts) == 1  # one agent prompt, its G = 2 completions
+    def rows(batches):  # TRL shuffled the whole-session batch's rows: compare them as a set
+        return sorted(tuple(r.tolist()) for b in batches for r in b["completion_ids"])
+
+    assert rows(split._buffered_inputs) == rows(whole._buffered_inputs)  # the same rollouts
+    a, b = dict(whole.model.named_parameters()), dict(split.model.named_parameters())
+    moved = [n for n in a if not torch.equal(a[n], tiny_llama(tokenizer).state_dict()[n])]
+    assert moved and all(torch.allclose(a[n], b[n], atol=1e-5) for n in a)
+
+
+def test_a_resumed_run_drops_the_rollout_lines_it_redoes(tmp_path):
+    from membuilder.training.adrpo import trim_rollout_log
+
+    log = tmp_path / "rollouts.0.jsonl"
+    records = [{"mode": "train", "step": s} for s in (0, 0, 1, 2, 2)] + [{"mode": "eval", "step": 2}]
+    log.write_text("".join(json.dumps(r) + "\n" for r in records) + '{"mode": "train", "st')  # torn last line
+    # resumed from checkpoint-2: updates 1 and 2 (rollouts logged at steps 0 and 1) and the evaluation at step 2
+    # happened before the checkpoint; the rollouts logged at step 2 and the torn line are redone
+    assert trim_rollout_log(str(log), 2) == 3
+    assert [json.loads(x) for x in log.read_text().splitlines()] == [records[i] for i in (0, 1, 2, 5)]
+    assert trim_rollout_log(str(log), 2) == 0
+    assert trim_rollout_log(str(tmp_path / "missing.jsonl"), 0) == 0
+    log.write_text('{"mode": "train", "step": 0}\nnot json\n{"mode": "train", "step": 1}\n')
+    with pytest.raises(ValueError, match=r"rollouts.0.jsonl: line 2 is not a rollout record"):
+        trim_rollout_log(str(log), 1)
+
+
+def test_dropout_is_off_in_rl_so_two_forwards_of_the_policy_agree(tokenizer, tmp_path):
+    """A LoRA policy with dropout: the trainer zeroes every dropout (LoRA's too), so the rollout's log-probs and
+    the loss's, two train-mode forwards of one policy, are the same numbers; disable_dropout=false keeps it."""
+    from peft import LoraConfig, get_peft_model
+
+    scorer = LengthScorer.from_texts(SESSIONS)
+    rows = Dataset.from_list(rl_rows(scorer.session_keys(), scorer.observation, token_counter(tokenizer), 400))
+    ids = torch.tensor([tokenizer("user: I moved to Lyon last week.")["input_ids"]])
+
+    def build(**kw):
+        lora = LoraConfig(r=4, lora_dropout=0.5, target_modules="all-linear", init_lora_weights=False)  # B != 0
+        model = get_peft_model(tiny_llama(tokenizer), lora)
+        trainer = ADRPOTrainer(model=model, args=_args(tmp_path, **kw), scorer=scorer, train_dataset=rows,
+                               processing_class=tokenizer)
+        trainer.model.train()
+        probs = [m.p for m in trainer.model.modules() if isinstance(m, torch.nn.Dropout)]
+        with torch.no_grad():
+            twice = [trainer.model(input_ids=ids).logits for _ in range(2)]
+        return probs, torch.equal(*twice)
+
+    assert ADRPOConfig.__dataclass_fields__["disable_dropout"].default
+    probs, same = build()
+    assert probs and set(probs) == {0} and same
+    probs, same = build(disable_dropout=False)
+    assert 0.5 in probs and not same

@@ -1,0 +1,219 @@
+"""Benchmark and world files built to hurt: deep nesting, oversized input, wrongly typed fields.
+Each fault is one error naming the file (and the record and field where there is one)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from membuilder.plumbing.json_files import DepthScanner, JSONLimitError, check_depth, load_json_file
+from memgym_env.benchmarks import BadRecordError, Problems
+from memgym_env.benchmarks.locomo import read_locomo
+from memgym_env.benchmarks.longmemeval import read_longmemeval
+from memgym_env.benchmarks.perltqa import read_perltqa
+from memgym_env.world.data_json import read_world
+from memgym_env.world.types import WorldError
+
+NESTED = "[" * 100_000 + "]" * 100_000  # 200 KB
+
+
+def test_deeply_nested_longmemeval_fails_fast_under_a_memory_limit(tmp_path):
+    path = tmp_path / "longmemeval_s.json"
+    path.write_text(NESTED)
+    script = textwrap.dedent(f"""
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+        from memgym_env.benchmarks import BadRecordError, Problems
+        from memgym_env.benchmarks.longmemeval import read_longmemeval
+        try:
+            read_longmemeval({str(path)!r})
+        except BadRecordError as exc:
+            print("ERROR", exc)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-500:]
+    assert done.stdout.startswith(f"ERROR {path}: JSON nested deeper than")
+
+
+def test_deeply_nested_locomo_is_one_error_naming_the_file(tmp_path):
+    path = tmp_path / "locomo.json"
+    path.write_text(NESTED)
+    with pytest.raises(BadRecordError, match=f"{path}: JSON nested deeper than 200 levels"):
+        read_locomo(path)
+
+
+def test_deeply_nested_gzip_is_caught_too(tmp_path):
+    path = tmp_path / "longmemeval_s.json.gz"
+    path.write_bytes(gzip.compress(NESTED.encode()))
+    with pytest.raises(BadRecordError, match="nested deeper"):
+        read_longmemeval(path)
+
+
+def test_deeply_nested_world_is_a_world_error(tmp_path):
+    path = tmp_path / "world.json"
+    path.write_text(NESTED)
+    with pytest.raises(WorldError, match=f"{path}: JSON nested deeper"):
+        read_world(path)
+
+
+def test_brackets_inside_strings_and_escaped_quotes_do_not_count():
+    text = '[{"a": "' + "[" * 500 + '\\" [[[ \\\\", "b": "\\\\\\"{{{{"}]'
+    check_depth(text.encode(), "x", max_depth=3)
+    scanner = DepthScanner("x", max_depth=3)
+    for i in range(0, len(text), 3):  # chunk edges fall inside escapes
+        scanner.feed(text[i:i + 3].encode())
+    assert scanner.depth == 0 and not scanner.in_string
+
+
+def test_depth_limit_is_exact():
+    check_depth(b"[" * 5 + b"]" * 5, "x", max_depth=5)
+    with pytest.raises(JSONLimitError, match="at byte 5"):
+        check_depth(b"[" * 6 + b"]" * 6, "x", max_depth=5)
+
+
+def test_a_whole_file_read_is_size_limited(tmp_path):
+    path = tmp_path / "big.json.gz"
+    path.write_bytes(gzip.compress(b"[" + b"0," * 5000 + b"0]"))
+    with pytest.raises(JSONLimitError, match="once decompressed"):
+        load_json_file(path, max_bytes=1000)
+
+
+# ---- wrongly typed fields: one error naming file, record and field; --skip-bad skips the record ----
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+def _locomo(tmp_path, change):
+    sample = json.loads((DATA / "locomo" / "locomo10_conv-26.json").read_text())
+    sample = sample[0] if isinstance(sample, list) else sample
+    change(sample)
+    path = tmp_path / "locomo.json"
+    path.write_text(json.dumps([sample]))
+    return path
+
+
+LOCOMO_FAULTS = {
+    "session_1[0]: field 'text' must be text": lambda s: s["conversation"]["session_1"][0].update(text=5),
+    "qa[0]: field 'adversarial_answer' must be text or a number": lambda s: s["qa"][0].update(adversarial_answer=["x"]),
+    "sample conv-26: field 'speaker_a' must be text": lambda s: s["conversation"].update(speaker_a=["x"]),
+    "field 'session_1_date_time' must be text": lambda s: s["conversation"].update(session_1_date_time=5),
+    "qa[0]: 'evidence' is not a list of turn ids": lambda s: s["qa"][0].update(evidence=[["D1:3"]]),
+}
+
+
+@pytest.mark.parametrize("message", list(LOCOMO_FAULTS))
+def test_wrongly_typed_locomo_fields_are_named_and_skippable(tmp_path, message):
+    path = _locomo(tmp_path, LOCOMO_FAULTS[message])
+    with pytest.raises(BadRecordError, match=re.escape(f"LoCoMo file {path}, ") + ".*" + re.escape(message)):
+        read_locomo(path)
+    problems = Problems(skip_bad=True)
+    read_locomo(path, problems)
+    assert problems.count == 1 and message in problems.messages[0]
+
+
+LONGMEMEVAL_FAULTS = {
+    "field 'answer_session_ids' must be a list of session ids": lambda r: r.update(answer_session_ids=5),
+    "haystack_session_ids[0]: must be text": lambda r: r.update(haystack_session_ids=[["x"]] * len(r["haystack_dates"])),
+    "haystack_dates[0]: must be text": lambda r: r.update(haystack_dates=[5] * len(r["haystack_dates"])),
+    "field 'question_date' must be text": lambda r: r.update(question_date=["x"]),
+}
+
+
+@pytest.mark.parametrize("message", list(LONGMEMEVAL_FAULTS))
+def test_wrongly_typed_longmemeval_fields_are_named_and_skippable(tmp_path, message):
+    records = json.loads((DATA / "longmemeval" / "longmemeval_oracle_sample.json").read_text())[:2]
+    LONGMEMEVAL_FAULTS[message](records[0])
+    path = tmp_path / "longmemeval_oracle.json"
+    path.write_text(json.dumps(records))
+    with pytest.raises(BadRecordError, match=re.escape(f"LongMemEval file {path}, question {records[0]['question_id']}")
+                       + ".*" + re.escape(message)):
+        read_longmemeval(path)
+    problems = Problems(skip_bad=True)
+    assert [c.id for c in read_longmemeval(path, problems)] == [records[1]["question_id"]]
+    assert problems.count == 1
+
+
+def _perltqa_character(name: str) -> tuple[dict, dict]:
+    """A small hand-made PerLTQA character: its memories and its questions, one of each kind."""
+    memories = {
+        "profile": {"Name": name, "Age": 30, "Occupation": "nurse"},
+        "profile_description": f"{name} is a nurse in Leeds.",
+        "social_relationship": {"0": {"Supporting Characters": "Bob", "Relationship": "friend",
+                                      "Description": f"Bob is {name}'s oldest friend."}},
+        "events": {"1_0": {"content": f"{name} moved to Leeds.", "summary": "A move", "Characters": [name, "Bob"],
+                           "Creation Time": "May 12, 2022", "Theme": "home"}},
+        "dialogues": {"1_0_0": {"events": "1_0", "contents": {"2022-05-12 10:00": [f"{name}: I moved.", "Bob: Great!"]}}},
+    }
+
+    def qa(question, answer, ref):
+        return {"Question": question, "Answer": answer, "Reference Memory": ref, "Memory Anchors": [{answer: [0, 2]}]}
+
+    questions = {
+        "profile": [qa(f"How old is {name}?", "30", "Age")],
+        "social_relationship": [{"0": [qa(f"Who is {name}'s friend?", "Bob", "['0']")]}],
+        "events": [{"1_0": [qa(f"Where did {name} move?", "Leeds", "['1_0']")]}],
+        "dialogues": [{"1_0_0": [qa("Who said great?", "Bob", "['1_0_0']")]}],
+    }
+    return memories, questions
+
+
+# message after the character's name: (the file the fault is in, the fault (changes the character's
+# part in place, or returns what replaces it), whether the character survives --skip-bad)
+PERLTQA_FAULTS = {
+    "profile: field 'Age' must be text or a number, got list": ("mem", lambda m: m["profile"].update(Age=[30]), True),
+    "field 'profile_description' must be text, got int": ("mem", lambda m: m.update(profile_description=5), True),
+    "field 'social_relationship' must be an object keyed by id, got list":
+        ("mem", lambda m: m.update(social_relationship=[{"Description": "x"}]), True),
+    "field 'events' must be an object keyed by id, got str": ("mem", lambda m: m.update(events="1_0"), True),
+    "social_relationship 0: field 'Relationship' must be text, got list":
+        ("mem", lambda m: m["social_relationship"]["0"].update(Relationship=["friend"]), True),
+    "event 1_0: field 'summary' must be text, got dict": ("mem", lambda m: m["events"]["1_0"].update(summary={}), True),
+    "event 1_0: field 'Creation Time' must be text, got int":
+        ("mem", lambda m: m["events"]["1_0"].update({"Creation Time": 2022}), True),
+    "event 1_0: field 'Characters' must be a list of text, got str":
+        ("mem", lambda m: m["events"]["1_0"].update(Characters="Bob"), True),
+    "dialogue 1_0_0: field 'events' must be an event id, got list":
+        ("mem", lambda m: m["dialogues"]["1_0_0"].update(events=["1_0"]), True),
+    "expected an object of memories, got list": ("mem", lambda m: [m], False),
+    "events 1_0, qa[0]: field 'Answer' must be text, got int": ("qa", lambda q: q["events"][0]["1_0"][0].update(Answer=5), True),
+    "dialogues 1_0_0, qa[0]: field 'Memory Anchors' must be a list of objects, got int":
+        ("qa", lambda q: q["dialogues"][0]["1_0_0"][0].update({"Memory Anchors": 7}), True),
+    "events 1_0: expected a list of questions, got str": ("qa", lambda q: q["events"][0].update({"1_0": "none"}), True),
+}
+
+
+@pytest.mark.parametrize("message", list(PERLTQA_FAULTS))
+def test_wrongly_typed_perltqa_fields_are_named_and_skippable(tmp_path, message):
+    where, change, survives = PERLTQA_FAULTS[message]
+    (ann_mem, ann_qa), (cy_mem, cy_qa) = _perltqa_character("Ann"), _perltqa_character("Cy")
+    if where == "mem":
+        ann_mem = change(ann_mem) or ann_mem
+    else:
+        ann_qa = change(ann_qa) or ann_qa
+    mem_path, qa_path = tmp_path / "perltmem_en_v2.json", tmp_path / "perltqa_en_v2.json"
+    mem_path.write_text(json.dumps({"Ann": ann_mem, "Cy": cy_mem}))
+    qa_path.write_text(json.dumps([{"Ann": ann_qa, "Cy": cy_qa}]))
+    named = f"PerLTQA {'memory' if where == 'mem' else 'QA'} file {mem_path if where == 'mem' else qa_path}, character Ann"
+    with pytest.raises(BadRecordError, match=re.escape(named) + ".*" + re.escape(message)):
+        read_perltqa(mem_path, qa_path)
+    problems = Problems(skip_bad=True)
+    conversations = read_perltqa(mem_path, qa_path, problems)
+    assert problems.count == 1 and message in problems.messages[0]
+    assert [c.id for c in conversations] == (["Ann", "Cy"] if survives else ["Cy"])
+    assert len(conversations[-1].qa) == 4  # Cy, untouched, keeps every question
+
+
+def test_the_hand_made_perltqa_files_read_cleanly(tmp_path):
+    (ann_mem, ann_qa) = _perltqa_character("Ann")
+    mem_path, qa_path = tmp_path / "perltmem_en_v2.json", tmp_path / "perltqa_en_v2.json"
+    mem_path.write_text(json.dumps({"Ann": ann_mem}))
+    qa_path.write_text(json.dumps([{"Ann": ann_qa}]))
+    [conv] = read_perltqa(mem_path)
+    assert [s.id for s in conv.sessions] == ["profile", "relationships", "event:1_0", "dialogue:1_0_0"]
+    assert [q.session for q in conv.qa] == ["profile", "relationships", "event:1_0", "dialogue:1_0_0"]

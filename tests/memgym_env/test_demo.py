@@ -1,0 +1,105 @@
+"""`memgym demo` end to end on the smallest real run: SmolLM2 and MiniLM, two users, two periods."""
+
+import json
+import os
+from dataclasses import replace
+
+import pytest
+
+from memgym_env.demo import job as demo
+from memgym_env.demo.report import write_report
+
+TINY = replace(demo.QUICK, users=2, eval_users=2, rollout_sessions=2, policy_sessions=1, policy_tokens=8)
+
+
+@pytest.fixture(scope="module")
+def models():
+    from membuilder.llm import load_chat_model
+    from membuilder.llm.embedders import load_embedder
+
+    return load_chat_model("smollm2-135m"), load_embedder("minilm")
+
+
+def test_demo_stages_write_a_report_with_plots(tmp_path, models):
+    model, embedder = models
+    with demo.Progress([model]) as progress:
+        world = demo.make_world(TINY, tmp_path, seed=7)
+        rollouts = demo.rollouts(world, TINY, model, progress)
+        results = demo.interactive(world, TINY, model, embedder, "smollm2-135m", tmp_path, progress,
+                                   assistants=("oracle",), workers=2)  # the two users in two processes
+        calls = progress.calls()
+    assert sorted(progress.worker_calls) == [0, 1] and all(progress.worker_calls.values())
+    meta = {"model": "smollm2-135m", "embedder": "minilm", "preset": "test", "seed": 7, "sizes": demo.sizes_dict(TINY),
+            "world": str(world), "cpus": 2, "load_average": [0, 0, 0], "model_calls": calls, "wall_s": 1.0}
+    paths = write_report(tmp_path, meta, rollouts, results)
+
+    assert calls > 0  # the MemBuilder policy and the upper bound really called SmolLM2
+    assert rollouts["oracle"]["mean_reward"] > rollouts["empty"]["mean_reward"]
+    assert rollouts["membuilder"]["sessions"] == 1
+    report = json.loads(paths["report.json"].read_text())
+    assert set(report["construction"]) == set(demo.POLICIES)
+    assert len(report["interactive"]["oracle"]["per_period"]["memory_score"]) == TINY.periods
+    md = paths["report.md"].read_text()
+    assert "| oracle |" in md and "construction_reward.png" in md
+    for key in ("memory score plot", "failures plot", "construction plot"):
+        assert paths[key].stat().st_size > 1000
+
+
+def test_demo_rejects_a_bad_threads_value_in_one_line(capsys):
+    from memgym_env.cli import main
+
+    assert main(["demo", "--threads", "0", "--out", "/tmp/memgym-demo-never"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "memgym demo: error: --threads must be at least 1"
+
+
+def test_demo_report_shows_the_untrained_and_the_trained_constructor_side_by_side(tmp_path, models):
+    from membuilder.llm import load_chat_model
+    from membuilder.llm.registry import TRAINED_POLICY
+
+    model, embedder = models
+    sizes = replace(TINY, eval_users=1)
+    # one torch thread (process-wide) on a 2-core machine shared with other jobs: several times faster
+    trained = load_chat_model(TRAINED_POLICY, threads=1 if (os.cpu_count() or 1) <= 2 else None)
+    with demo.Progress([model, trained]) as progress:
+        world = demo.make_world(sizes, tmp_path, seed=7)
+        rollouts = demo.rollouts(world, sizes, trained, progress, untrained=model)
+        results = demo.interactive(world, sizes, model, embedder, "smollm2-135m", tmp_path, progress,
+                                   assistants=("membuilder",), untrained="smollm2-135m",
+                                   constructors={TRAINED_POLICY: trained})
+    assert list(rollouts) == [*demo.POLICIES, demo.UNTRAINED] and list(results) == ["membuilder", demo.UNTRAINED]
+    assert results["membuilder"]["constructor"] == TRAINED_POLICY
+    assert results[demo.UNTRAINED]["constructor"] == results[demo.UNTRAINED]["model"] == "smollm2-135m"
+    assert results["membuilder"]["usage_by_stage"]["write"]["calls"] > 0  # the trained model's calls are booked
+    meta = {"model": "smollm2-135m", "constructor": TRAINED_POLICY, "untrained_constructor": "smollm2-135m",
+            "embedder": "minilm", "preset": "test", "seed": 7, "sizes": demo.sizes_dict(sizes), "world": str(world),
+            "cpus": 2, "load_average": [0, 0, 0], "model_calls": progress.calls(), "wall_s": 1.0}
+    paths = write_report(tmp_path, meta, rollouts, results)
+    md = paths["report.md"].read_text()
+    section = md.split("untrained vs trained", 1)[1].split("## Interactive", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| smollm2")]
+    assert [r.split(" | ")[0] for r in rows] == ["| smollm2-135m (untrained)", f"| {TRAINED_POLICY} (trained)"]
+    assert all(f"| {sizes.policy_sessions} |" in r and "| 2 (1 users) |" in r for r in rows)
+    report = json.loads(paths["report.json"].read_text())
+    assert report["interactive"]["membuilder"]["constructor"] == TRAINED_POLICY
+
+    # The default preset plays the untrained constructor in MemoryGym-v0 only: the table keeps both rows.
+    only_trained = {k: v for k, v in results.items() if k != demo.UNTRAINED}
+    md = write_report(tmp_path / "default", meta, rollouts, only_trained)["report.md"].read_text()
+    section = md.split("untrained vs trained", 1)[1].split("## Interactive", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| smollm2")]
+    assert len(rows) == 2 and "interactive cells" not in section and "--policy-model smollm2-135m" in section
+    assert not demo.DEFAULT.compare_interactive and demo.FULL.compare_interactive
+
+
+def test_the_demo_table_gives_questions_and_intervals_and_the_report_its_notes():
+    from memgym_env.demo.report import interactive_table
+    from memgym_env.interactive.results import notes
+
+    r = {"assistant": "rag", "usage_by_stage": {"answer": {"calls": 3}},
+         "policy_note": "the template simulator does not read the assistant's replies",
+         "overall": {"accuracy": 0.5, "upper_bound": 0.6, "memory_score": 0.7, "write": 0.2, "read": 0.2,
+                     "utilization": 0.1, "questions": 16, "accuracy_ci95": [0.28, 0.72], "memory_score_ci95": None}}
+    head, row = interactive_table({"rag": r})
+    assert head[1:4] == ["questions", "accuracy", "95% CI"] and row[1:4] == ["16", "0.500", "[0.28, 0.72]"]
+    assert "note (rag): the template simulator does not read" in notes([r])

@@ -1,0 +1,468 @@
+"""The training ladder end to end on a tiny random model: every stage, held-out users, intervals,
+curves, the interactive memory score, the exported adapter, and resume."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+pytest.importorskip("trl")
+
+from membuilder.memory.ops import AGENTS  # noqa: E402
+from membuilder.training.tiny import byte_tokenizer, tiny_llama  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny") / "model"
+    tok = byte_tokenizer()
+    tiny_llama(tok).save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+def _argv(tiny_path, tmp_path):
+    return ["--config", "configs/train/ladder_smollm2_cpu.yaml", "--model_name_or_path", tiny_path,
+            "--env_overrides", '{"world_overrides": {"num_users": 4, "num_periods": 1}}',
+            "--train_users", "0-1", "--held_out_users", "3",
+            "--sft_sessions_per_user", "1", "--rl_sessions_per_user", "1", "--eval_sessions_per_user", "3",
+            "--seeds", "0", "1", "--rl_steps", "2", "--rl_generations", "2", "--curve_every", "1",
+            "--curve_sessions", "2", "--max_completion_tokens", "8",
+            # the trainer's own generation: vLLM cannot load the tiny model, and tests/engine_vllm runs the ladder's
+            # RL stage with the engine
+            "--rl_engine", "transformers", "--eval_engine", "transformers",
+            "--memory_score_world", '{"num_users": 1, "num_periods": 0, "seed": 7}',
+            "--adapter_out", str(tmp_path / "shipped"),
+            "--work_dir", str(tmp_path / "work"), "--results_dir", str(tmp_path / "results")]
+
+
+def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, tmp_path, monkeypatch):
+    from memgym_env.world import generate_world, load_config
+    from train.ladder import run as ladder
+
+    monkeypatch.setenv("MEMGYM_TORCH_THREADS", "1")
+    rows = ladder.main(_argv(tiny_path, tmp_path))
+    saved = json.loads((tmp_path / "results" / "ladder.json").read_text())
+    assert saved == json.loads(json.dumps(rows))
+    assert [(r["stage"], r["seed"]) for r in saved] == [
+        ("base", 0), ("sft", 0), ("adrpo", 0), ("grpo", 0), ("adrpo", 1), ("grpo", 1)]
+    world = generate_world(load_config("configs/env/base.yaml", overrides={"num_users": 4, "num_periods": 1,
+                                                                           "rounds_update": 1}))
+    held_out = {world[3].id}
+    for r in saved:
+        assert set(r["valid_rate"]) == set(AGENTS) and set(r["cut_rate"]) == set(AGENTS)
+        assert set(r["held_out_users"]) == held_out and r["held_out_sessions"] == 3
+        lo, hi = r["reward_evidence_ci"]
+        assert 0.0 <= lo <= r["reward_evidence"] <= hi <= 1.0
+        assert r["reward_choice"] is None and r["eval_engine"] == "transformers"
+    # the interactive memory score ran the MemBuilder assistant once per stage (a random tiny model's
+    # score is mostly undefined: its upper bound is no better than chance)
+    for label in ("base", "sft", "adrpo seed 0", "grpo seed 1"):
+        results = json.loads((tmp_path / "work" / "interactive" / f"{label}.transformers.w8" / "results.json").read_text())
+        assert results["assistant"] == "membuilder" and len(results["users"]) == 1
+    for r in saved:
+        if r["stage"] in ("grpo", "adrpo"):
+            # train reward at each of the 2 steps; held-out reward at 0 (SFT), 1 (callback) and 2 (final eval)
+            assert [p["step"] for p in r["curve"]] == [0, 1, 2]
+            assert [p["train_reward"] is not None for p in r["curve"]] == [False, True, True]
+            assert all(p["held_out_reward"] is not None for p in r["curve"])
+            # the learning signal read off the run's rollout log: 2 steps of one session, 4 agents x G = 2
+            signal = r["train_signal"]
+            assert signal["steps"] == 2 and signal["window"] == 1 and signal["agent_prompts"] == 2 * 4
+            train = {p["step"]: p["train_reward"] for p in r["curve"]}
+            assert signal["first"]["mean"] == pytest.approx(train[1], abs=1e-4)
+            assert signal["last"]["mean"] == pytest.approx(train[2], abs=1e-4)
+            # what the run's rollouts wrote: 2 steps, G = 2 rollouts of each agent a step
+            actions = r["train_actions"]
+            assert actions["steps"] == 2 and actions["agents"]["semantic"]["first"]["rollouts"] == 2
+        else:
+            assert r["train_signal"] is None and r["train_actions"] is None
+        # every stage's held-out outputs by kind of operation
+        assert all(a["outputs"] == 3 for a in r["held_out_actions"].values())
+    assert saved[0]["held_out_actions"]["core"]["shares"]["invalid"] == 1.0  # the base tiny model writes no JSON
+    # the tiny model cannot write JSON: it runs every output to the token limit
+    assert saved[0]["cut_rate"] == {a: 1.0 for a in AGENTS}
+    for name in ("ladder.png", "ladder_curves.png", "ladder_actions.png"):
+        assert (tmp_path / "results" / name).stat().st_size > 10_000
+    md = (tmp_path / "results" / "ladder.md").read_text()
+    assert "| adrpo | 1 |" in md and "SFT above base" in md
+    assert "- ADRPO (alpha 4) over seeds 0, 1 (seed 0 " in md and "- GRPO (alpha 1) over seeds 0, 1 (seed 0 " in md
+    assert [r["alpha"] for r in saved] == [None, None, 4.0, 1.0, 4.0, 1.0]
+    assert "Learning signal" in md and "GRPO seed 1, train reward over the first 1 of 2 steps" in md
+    # the seed's two runs drew the same sessions, so their train rewards pair up step by step
+    assert "GRPO seed 0 - ADRPO seed 0, train reward paired by step (the same sessions)" in md
+    assert "GRPO seed 1 - ADRPO seed 1, train reward paired by step" in md
+    assert "What the policies write" in md and "- SFT, 3 held-out outputs per agent: core " in md
+    assert "- GRPO seed 1, sampled rollouts, the first 1 of 2 steps -> the last 1" in md
+    for r in saved:
+        if r["stage"] == "grpo":  # the pairs, step by step, as the curves' third panel draws them
+            assert [p["step"] for p in r["train_vs_adrpo"]["per_step"]] == [1, 2]
+    assert "Oracle outputs longer than the 8-token completion limit: train 2 sessions: core 2" in md
+    # SFT never saw the held-out user's sessions; RL continued the SFT adapter
+    sft_rows = [json.loads(x) for x in (tmp_path / "work" / "sft" / "sft_rows.jsonl").read_text().splitlines()]
+    assert sft_rows and {r["session_key"].split("/")[0] for r in sft_rows} == {world[0].id, world[1].id}
+    from safetensors.torch import load_file
+
+    sft_w = load_file(tmp_path / "work" / "sft" / "policy" / "adapter" / "adapter_model.safetensors")
+    rl_w = load_file(tmp_path / "work" / "seed0" / "adrpo" / "policy" / "adapter" / "adapter_model.safetensors")
+    assert sft_w.keys() == rl_w.keys()
+    # the shipped adapter: the first seed's ADRPO adapter in bfloat16, with its card
+    import torch
+
+    shipped = load_file(tmp_path / "shipped" / "adapter_model.safetensors")
+    assert shipped.keys() == rl_w.keys() and all(v.dtype == torch.bfloat16 for v in shipped.values())
+    assert all(torch.equal(shipped[k], rl_w[k].to(torch.bfloat16)) for k in rl_w)
+    card = json.loads((tmp_path / "shipped" / "card.json").read_text())
+    assert card["stage"] == "adrpo"
+    assert card["held_out"]["reward_evidence"] == saved[2]["reward_evidence"] and "ladder.py" in card["command"]
+    # the recipe, not this machine's folders
+    assert "--work_dir" not in card["command"] and "--adapter_out" not in card["command"]
+    assert "work_dir" not in card["config"] and card["config"]["rl_steps"] == 2
+    assert "--results_dir" not in (tmp_path / "results" / "ladder.md").read_text()
+
+    # a rerun resumes: no stage is trained or evaluated again
+    done = [tmp_path / "work" / "seed1" / "grpo" / "policy" / "merged", *(tmp_path / "work" / "eval").glob("*.json")]
+    stamps = [p.stat().st_mtime_ns for p in done]
+    again = ladder.main(_argv(tiny_path, tmp_path))
+    assert again == rows and [p.stat().st_mtime_ns for p in done] == stamps
+    # a memory score cached under other writing settings (an older ladder's) is made again, the rest is kept
+    stale = tmp_path / "work" / "eval" / "base-memory.transformers.json"
+    cached = json.loads(stale.read_text())
+    assert cached["memory_settings"] == {"write_tokens": 8, "write_prompt_tokens": 2040}
+    stale.write_text(json.dumps({**cached, "memory_settings": {"write_tokens": 128, "write_prompt_tokens": 3840}}))
+    again = ladder.main(_argv(tiny_path, tmp_path))
+    assert again == rows and json.loads(stale.read_text())["memory_settings"]["write_tokens"] == 8
+    assert [p.stat().st_mtime_ns for p in done if p != stale] == [s for p, s in zip(done, stamps) if p != stale]
+
+    # an RL ablation (ADRPO with alpha 2, no GRPO) takes this ladder's SFT stage and evaluations instead of
+    # making them again
+    work2 = tmp_path / "alpha2"
+    ablation = ladder.main([*_argv(tiny_path, tmp_path), "--seeds", "0", "--rl_stages", "adrpo", "--adrpo_alpha", "2",
+                            "--rl_steps", "1", "--curve_every", "0", "--adapter_out", "null", "--sft_from",
+                            str(tmp_path / "work"), "--work_dir", str(work2), "--results_dir", str(tmp_path / "r2")])
+    assert [(r["stage"], r["alpha"]) for r in ablation] == [("base", None), ("sft", None), ("adrpo", 2.0)]
+    assert ablation[:2] == rows[:2]
+    for name in ("sft/policy/adapter/adapter_model.safetensors", "sft/sft_rows.jsonl", "eval/sft.transformers.json",
+                 "eval/base-memory.transformers.json"):
+        a, b = tmp_path / "work" / name, work2 / name
+        assert b.read_bytes() == a.read_bytes() and b.stat().st_mtime_ns == a.stat().st_mtime_ns  # copied, not made
+    assert not (work2 / "seed0" / "grpo").exists() and not (work2 / "seed1").exists()
+    md = (tmp_path / "r2" / "ladder.md").read_text()
+    assert "ADRPO (alpha 2) seed 0 above SFT" in md and "--sft_from" not in md  # the recipe, not where SFT came from
+    assert json.loads((tmp_path / "shipped" / "card.json").read_text())["stage"] == "adrpo"  # adapter_out null
+    assert json.loads((tmp_path / "shipped" / "card.json").read_text())["config"]["adrpo_alpha"] == 4.0
+
+    # report_only publishes the finished stages of a ladder stopped part-way and trains nothing
+    import shutil
+
+    shutil.rmtree(tmp_path / "work" / "seed1" / "grpo")
+    partial = ladder.main([*_argv(tiny_path, tmp_path), "--report_only", "true"])
+    assert partial == rows[:-1] and not (tmp_path / "work" / "seed1" / "grpo").exists()
+    assert [r["stage"] for r in json.loads((tmp_path / "results" / "ladder.json").read_text())][-1] == "adrpo"
+    assert not (tmp_path / "results" / "ladder_progress.json").exists()  # the removed run left no checkpoint
+    shutil.rmtree(tmp_path / "work" / "sft")
+    with pytest.raises(FileNotFoundError, match="no finished SFT stage"):
+        ladder.main([*_argv(tiny_path, tmp_path), "--report_only", "true"])
+
+
+def test_bootstrap_interval_is_deterministic_and_covers_the_mean():
+    from membuilder.plumbing.stats import bootstrap_ci, separated
+
+    xs = [0.0] * 30 + [1.0] * 18
+    ci = bootstrap_ci(xs)
+    assert ci == bootstrap_ci(xs) and ci[0] < 18 / 48 < ci[1]
+    assert 0.2 < ci[0] and ci[1] < 0.55  # about +-0.14 for 48 Bernoulli(0.375) sessions
+    assert bootstrap_ci([None, float("nan")]) is None and bootstrap_ci([0.5]) == [0.5, 0.5]
+    assert separated([0.1, 0.2], [0.25, 0.3]) and not separated([0.1, 0.3], [0.25, 0.4])
+
+
+def test_a_stage_found_trained_on_resume_keeps_its_training_time(tmp_path):
+    from train.ladder.run import _train_seconds
+
+    (tmp_path / "log_history.json").write_text(json.dumps([{"loss": 0.1, "step": 1},
+                                                           {"train_runtime": 1081.36, "step": 10}]))
+    assert _train_seconds(tmp_path, 0.4) == 1081.4  # resumed: nothing trained now, the log says how long it took
+    assert _train_seconds(tmp_path, 1200.04) == 1200.0  # trained now: the wall time measured here
+    assert _train_seconds(tmp_path / "missing", 0.4) == 0.4
+
+
+def test_paired_difference_compares_the_same_sessions_and_reads_its_interval():
+    from train.ladder.report import paired_difference, verdicts
+
+    keys = [f"u/p0-s{i}" for i in range(12)]
+    spread = [0.0, 0.5, 1.0] * 4  # sessions differ a lot from one another ...
+    sft = {"stage": "sft", "seed": 0, "reward_evidence": 0.5, "reward_evidence_ci": [0.25, 0.75],
+           "session_reward_evidence": dict(zip(keys, spread))}
+    rl = {"stage": "adrpo", "seed": 0, "reward_evidence": 0.6, "reward_evidence_ci": [0.35, 0.85],
+          "session_reward_evidence": {k: v + 0.1 for k, v in zip(keys, spread)}}  # ... the stage adds 0.1 to each
+    d = paired_difference(sft, rl)
+    assert d["sessions"] == 12 and d["mean"] == 0.1 and d["ci"] == [0.1, 0.1]
+    lines = verdicts([sft, rl])
+    # the unpaired intervals overlap, the paired one does not
+    assert lines[0].startswith("ADRPO seed 0 above SFT: no") and "paired over the same 12 sessions: +0.100" in lines[0]
+    assert lines[0].endswith("(above)")
+    assert paired_difference(sft, {**rl, "session_reward_evidence": {}}) is None
+
+
+def test_two_seeds_are_also_judged_on_their_mean_per_session():
+    from train.ladder.report import seed_mean, verdicts
+
+    keys = [f"u/p0-s{i}" for i in range(12)]
+    spread = [0.0, 0.5, 1.0] * 4
+
+    def stage(name, seed, shift, ci):
+        per = {k: v + shift for k, v in zip(keys, spread)}
+        return {"stage": name, "seed": seed, "alpha": {"adrpo": 4.0, "grpo": 1.0}.get(name),
+                "reward_evidence": round(sum(per.values()) / 12, 4),
+                "reward_evidence_ci": ci, "session_reward_evidence": per}
+
+    sft = stage("sft", 0, 0.0, [0.25, 0.75])
+    rows = [sft, stage("adrpo", 0, 0.0, [0.25, 0.75]), stage("grpo", 0, 0.1, [0.35, 0.85]),
+            stage("adrpo", 1, 0.2, [0.45, 0.95]), stage("grpo", 1, 0.1, [0.35, 0.85])]
+    assert seed_mean(rows[:3], "adrpo") is None  # one seed: nothing to average
+    adrpo = seed_mean(rows, "adrpo")
+    assert adrpo["seeds"] == [0, 1] and adrpo["seed_means"] == [0.5, 0.7] and adrpo["reward_evidence"] == 0.6
+    assert adrpo["session_reward_evidence"][keys[2]] == pytest.approx(1.1)
+    lines = verdicts(rows)
+    (a_line,) = [x for x in lines if x.startswith("ADRPO (alpha 4) over seeds 0, 1 (seed 0 0.500, seed 1 0.700)")]
+    assert "above SFT: no" in a_line and "paired over the same 12 sessions: +0.100 [0.100, 0.100] (above)" in a_line
+    (g_line,) = [x for x in lines if x.startswith("GRPO (alpha 1) over seeds 0, 1")]
+    assert "+0.100" in g_line
+    (vs,) = [x for x in lines if "the seeds' mean per session: 0.600" in x]
+    assert vs.startswith("ADRPO (alpha 4) not told apart from GRPO (alpha 1)") and "+0.000" in vs
+    # rows written before rows kept their alpha are named without one
+    assert verdicts([sft, {k: v for k, v in rows[1].items() if k != "alpha"}])[0].startswith("ADRPO seed 0 above SFT")
+
+
+class _Stopped(Exception):
+    """What a session's end does to a run: it stops right after a checkpoint."""
+
+
+def test_a_stopped_rl_run_resumes_from_its_last_checkpoint(tiny_path, tmp_path, monkeypatch):
+    import torch
+    from safetensors.torch import load_file
+    from transformers import TrainerCallback
+    from trl import TrlParser
+
+    from train.ladder.curve_callback import CurveCallback
+    from train.ladder import run as ladder
+
+    class StopMidStep3(TrainerCallback):
+        """A stop after checkpoint-2, once step 3's rollouts are logged: the resumed run redoes step 3."""
+
+        def on_step_end(self, args, state, control, **kw):
+            if state.global_step == 3:
+                raise _Stopped(state.global_step)
+
+    monkeypatch.setenv("MEMGYM_TORCH_THREADS", "1")
+    (a,) = TrlParser((ladder.LadderArgs,)).parse_args_and_config(
+        [*_argv(tiny_path, tmp_path), "--rl_steps", "3", "--rl_save_steps", "2"])
+    evaluate = ladder.Evaluator(a, tmp_path / "work")
+    folder = tmp_path / "rl"
+
+    def curve():
+        return CurveCallback(evaluate, 1, 2, "resumed", folder / "curve_points.partial.json")
+
+    with pytest.raises(_Stopped):
+        ladder.train_rl(a, 0, tiny_path, 4.0, folder, curve(), callbacks=[StopMidStep3()])
+    assert (folder / "checkpoint-2").is_dir() and not (folder / "policy").exists()
+    assert {json.loads(x)["step"] for x in (folder / "rollouts.0.jsonl").read_text().splitlines()} == {0, 1, 2}
+    stopped = json.loads((folder / "clock.json").read_text())
+    assert stopped["step"] == 2 and stopped["at_checkpoint"]["checkpoint-2"] == stopped["seconds"] > 0
+
+    # a report of the stopped ladder shows where the run stands at its checkpoint
+    from train.ladder.report import plot_curves, progress_lines
+
+    keys = evaluate.keys[:2]
+    progress = ladder.run_progress(folder, "adrpo", 0, {"session_keys": keys, "session_rewards": {
+        "evidence": [0.5, 0.25]}}, keys, 3)
+    assert progress["step"] == 2 and progress["steps"] == 3
+    assert progress["train_seconds"] == stopped["at_checkpoint"]["checkpoint-2"]
+    assert [(c["step"], c["train_reward"] is not None, c["held_out_reward"] is not None)
+            for c in progress["curve"]] == [(0, False, True), (1, True, True), (2, True, True)]
+    assert progress["curve"][0]["held_out_reward"] == 0.375  # the start's mean over the curve's sessions
+    # what its rollouts wrote, read on the two updates its checkpoint holds (step 2's rollouts come after it)
+    assert progress["train_actions"]["steps"] == 2 and progress["train_signal"]["steps"] == 2
+    (line,) = progress_lines([progress])
+    assert line.startswith("ADRPO seed 0: stopped at step 2 of 3") and "(step 2)" in line
+    plot_curves([], tmp_path / "curves.png", [progress])
+    assert (tmp_path / "curves.png").stat().st_size > 10_000
+    assert ladder.run_progress(tmp_path / "never-started", "grpo", 0, {}, keys, 3) is None
+
+    resumed = curve()
+    assert [p["step"] for p in resumed.points] == [1, 2]  # measured by the first sitting, kept
+    adapter = ladder.train_rl(a, 0, tiny_path, 4.0, folder, resumed)
+    log = json.loads((folder / "log_history.json").read_text())
+    assert [e["step"] for e in log if "reward" in e] == [1, 2, 3]
+    assert not list(folder.glob("checkpoint-*"))  # the finished adapter replaces the checkpoints
+    clock = json.loads((folder / "clock.json").read_text())
+    assert clock["step"] == 3 and clock["seconds"] > stopped["seconds"]
+    assert ladder._train_seconds(folder, 0.1) == clock["seconds"]
+
+    # the two sittings sampled and trained what one uninterrupted run does: the same sessions and, from
+    # the restored RNG, the same completions (the random tiny model samples different text under another seed)
+    straight = ladder.train_rl(a, 0, tiny_path, 4.0, tmp_path / "straight", None)
+
+    def rollouts(run):
+        lines = [json.loads(x) for x in (run / "rollouts.0.jsonl").read_text().splitlines()]
+        return [((r["step"], r["session_key"], r["agent"], r["k"]), r["completion"]) for r in lines]
+
+    # the resumed run dropped the step-3 rollouts of the stopped sitting before redoing them: no line twice
+    sampled, sampled_straight = rollouts(folder), rollouts(tmp_path / "straight")
+    assert {k[0] for k, _ in sampled} == {0, 1, 2} and sampled == sampled_straight
+    sampled = dict(sampled)
+    assert len(sampled) == len(sampled_straight)
+    assert len(set(sampled.values())) > len(sampled) // 2
+    one, two = (load_file(f"{p}/adapter_model.safetensors") for p in (adapter, straight))
+    assert one.keys() == two.keys() and all(torch.equal(one[k], two[k]) for k in one)
+
+
+def test_the_oracle_check_counts_outputs_the_completion_limit_would_cut(tiny_path, tmp_path):
+    from trl import TrlParser
+
+    from train.ladder import run as ladder
+
+    def check(limit):
+        (a,) = TrlParser((ladder.LadderArgs,)).parse_args_and_config(
+            [*_argv(tiny_path, tmp_path), "--max_completion_tokens", str(limit)])
+        return ladder.oracle_over_limit(a)
+
+    tight, roomy = check(8), check(100_000)
+    assert tight["train"]["sessions"] == 2 and tight["held_out"]["sessions"] == 3  # 1 per training user, 3 held out
+    assert tight["train"]["over_limit"]["core"] == 2  # a Core block is never 7 bytes long
+    assert all(n == 0 for part in ("train", "held_out") for n in roomy[part]["over_limit"].values())
+    assert roomy["train"]["longest"] == tight["train"]["longest"] and max(roomy["train"]["longest"].values()) > 8
+
+
+def test_a_stopped_sft_run_resumes_from_its_last_checkpoint(tiny_path, tmp_path, monkeypatch):
+    import torch
+    from safetensors.torch import load_file
+    from transformers import TrainerCallback
+    from trl import TrlParser
+
+    from train.ladder import run as ladder
+
+    class StopAtFirstSave(TrainerCallback):
+        def on_save(self, args, state, control, **kw):
+            raise _Stopped(state.global_step)
+
+    monkeypatch.setenv("MEMGYM_TORCH_THREADS", "1")
+    (a,) = TrlParser((ladder.LadderArgs,)).parse_args_and_config(
+        [*_argv(tiny_path, tmp_path), "--sft_sessions_per_user", "2", "--sft_keep_empty_rows", "1",
+         "--sft_gradient_accumulation_steps", "1", "--sft_save_steps", "2"])
+    folder = tmp_path / "sft"
+    with pytest.raises(_Stopped):
+        ladder.train_sft(a, folder, callbacks=[StopAtFirstSave()])
+    assert (folder / "checkpoint-2").is_dir() and not (folder / "policy").exists()
+    stopped = json.loads((folder / "clock.json").read_text())
+    assert stopped["step"] == 2
+
+    adapter = ladder.train_sft(a, folder)
+    assert not list(folder.glob("checkpoint-*"))
+    log = json.loads((folder / "log_history.json").read_text())
+    steps = [e["step"] for e in log if "loss" in e]
+    assert steps[-1] > 2 and json.loads((folder / "clock.json").read_text())["step"] == steps[-1]
+    straight = ladder.train_sft(a, tmp_path / "straight")
+    one, two = (load_file(f"{p}/adapter_model.safetensors") for p in (adapter, straight))
+    assert one.keys() == two.keys() and all(torch.allclose(one[k], two[k], atol=1e-6) for k in one)
+    assert ladder.train_sft(a, folder) == adapter  # found trained: nothing runs
+
+
+
+def test_a_work_folder_resumes_only_under_the_settings_that_made_it(tiny_path, tmp_path):
+    import shutil
+
+    from trl import TrlParser
+
+    from train.ladder import run as ladder
+
+    env = tmp_path / "env.yaml"
+    shutil.copy("configs/env/construction_cpu.yaml", env)
+
+    def args(*extra):
+        (a,) = TrlParser((ladder.LadderArgs,)).parse_args_and_config(
+            [*_argv(tiny_path, tmp_path), "--env_config", str(env), *extra])
+        return a
+
+    work = tmp_path / "work"
+    ladder.check_work_dir(args("--report_only", "true"), work)
+    assert not (work / "settings.json").exists()  # a report claims no folder
+    ladder.check_work_dir(args(), work)
+    assert json.loads((work / "settings.json").read_text())["eval_sessions_per_user"] == 3
+    ladder.check_work_dir(args("--adapter_out", str(tmp_path / "elsewhere"), "--seeds", "0", "1", "2"), work)
+    # another evaluation engine resumes the folder: its evaluations are cached apart
+    vllm_args = args("--eval_engine", "vllm")
+    ladder.check_work_dir(vllm_args, work)
+    assert {ladder.Evaluator(a, work).cache("sft").name for a in (args(), vllm_args)} == {
+        "sft.transformers.json", "sft.vllm.json"}
+    with pytest.raises(ValueError, match="eval_engine 'cuda'"):
+        args("--eval_engine", "cuda")
+    with pytest.raises(SystemExit, match=r"eval_sessions_per_user 3 -> 6\..*another work_dir"):
+        ladder.check_work_dir(args("--eval_sessions_per_user", "6"), work)
+    env.write_text(env.read_text() + "\n# edited\n")
+    with pytest.raises(SystemExit, match="env_config_sha256"):
+        ladder.check_work_dir(args(), work)
+
+
+def test_the_ladder_pins_the_engines_kv_cache_and_reads_older_folders_as_made_with_2_gb(tiny_path, tmp_path,
+                                                                                        monkeypatch):
+    from trl import TrlParser
+
+    from train.ladder import run as ladder
+
+    def args(*extra):
+        (a,) = TrlParser((ladder.LadderArgs,)).parse_args_and_config([*_argv(tiny_path, tmp_path), *extra])
+        return a
+
+    # a size in the environment does not decide the results: the recipe's setting does
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    ladder.pin_engine(args())
+    assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "2"
+    ladder.pin_engine(args("--vllm_kv_cache_gb", "3"))
+    assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "3"
+    with pytest.raises(ValueError, match="vllm_kv_cache_gb 0"):
+        args("--vllm_kv_cache_gb", "0")
+    # a folder made before the setting existed ran with 2 GB: it resumes under 2 GB and refuses 1 GB
+    work = tmp_path / "work"
+    ladder.check_work_dir(args(), work)
+    made = json.loads((work / "settings.json").read_text())
+    assert made.pop("vllm_kv_cache_gb") == 2
+    (work / "settings.json").write_text(json.dumps(made))
+    ladder.check_work_dir(args(), work)
+    with pytest.raises(SystemExit, match="vllm_kv_cache_gb 2 -> 1"):
+        ladder.check_work_dir(args("--vllm_kv_cache_gb", "1"), work)
+
+
+def test_an_rl_ablation_takes_sft_only_from_a_ladder_with_the_same_sft_settings(tiny_path, tmp_path):
+    from trl import TrlParser
+
+    from train.ladder import run as ladder
+
+    src = tmp_path / "work"
+
+    def args(*extra):
+        (a,) = TrlParser((ladder.LadderArgs,)).parse_args_and_config(
+            [*_argv(tiny_path, tmp_path), "--rl_stages", "adrpo", "--adrpo_alpha", "2", "--sft_from", str(src),
+             "--work_dir", str(tmp_path / "alpha2"), *extra])
+        return a
+
+    ladder.check_work_dir(args("--work_dir", str(src), "--adrpo_alpha", "4"), src)  # the source ladder's settings
+    with pytest.raises(SystemExit, match=r"sft_learning_rate 0\.001 there, 0\.5 here.*Only the RL settings"):
+        ladder.take_sft(args("--sft_learning_rate", "0.5"), tmp_path / "alpha2")
+    with pytest.raises(SystemExit, match="SFT stage has not finished"):  # RL settings may differ; SFT must be there
+        ladder.take_sft(args("--rl_learning_rate", "3e-4"), tmp_path / "alpha2")
+    with pytest.raises(SystemExit, match="not a ladder's work folder"):
+        ladder.take_sft(args("--sft_from", str(tmp_path / "nowhere")), tmp_path / "alpha2")
+    with pytest.raises(ValueError, match="rl_stages"):
+        args("--rl_stages", "adrpo", "ppo")
+    assert args("--adapter_out", "null").adapter_out is None
+
+
+def test_the_recipe_command_leaves_out_where_the_outputs_go():
+    from train.ladder.report import recipe_command
+
+    argv = ["--config", "c.yaml", "--work_dir", "/root/w", "--results_dir=/tmp/r", "--rl_steps", "5",
+            "--adapter_out", "/x/a", "--report_only", "true"]
+    assert recipe_command(argv) == "python -m train.ladder --config c.yaml --rl_steps 5"

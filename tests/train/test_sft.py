@@ -1,0 +1,195 @@
+"""Expert trajectories from the world oracle, SFT with assistant-only loss, saving for inference."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("trl")
+torch.set_num_threads(1)
+
+from membuilder.memory.ops import AGENTS, parse  # noqa: E402
+from membuilder.training.chat_templates import ensure_generation_markers  # noqa: E402
+from membuilder.training.tiny import byte_tokenizer, tiny_llama  # noqa: E402
+from membuilder.training.trajectories import (  # noqa: E402
+    SessionText,
+    build_trajectory,
+    read_jsonl,
+    sft_rows,
+    to_dataset,
+    write_jsonl,
+)
+from memgym_env.construction.config import ConstructionConfig  # noqa: E402
+from memgym_env.construction.episodes import load_episodes  # noqa: E402
+from train.common import expert_records  # noqa: E402
+
+CONFIG = ConstructionConfig(world_config="configs/env/base.yaml", world_overrides={"num_users": 2, "num_periods": 2})
+
+
+@pytest.fixture(scope="module")
+def episodes():
+    return load_episodes(CONFIG)
+
+
+def oracle_outputs(episode) -> dict[str, dict[str, str]]:
+    conv = episode.conversation
+    return {f"{conv.id}/{s.id}": out for s, out in zip(conv.sessions, episode.expert_outputs, strict=True)}
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    from membuilder.llm.embedders import load_embedder
+
+    return load_embedder("minilm")
+
+
+def test_oracle_dataset_renders_the_policy_prompts_on_the_expert_snapshot(episodes):
+    from membuilder.agents.constructor import render_prompt
+
+    records = expert_records(CONFIG, [0], limit=6)
+    assert len(records) == 6
+    first, later = records[0]["observation"], records[-1]["observation"]
+    assert first["core"] == "" and len(first["semantic"]) == 0  # empty memory before the first session
+    assert later["core"] and later["semantic"]  # the expert's own writes show up in later views
+    rows = sft_rows(records)
+    assert [r["agent"] for r in rows[:4]] == list(AGENTS)
+    last = rows[-1]
+    assert last["messages"][:-1] == render_prompt("procedural", later)
+    assert last["messages"][-1]["role"] == "assistant"
+    for r in rows:
+        assert parse(r["agent"], r["messages"][-1]["content"]).valid
+    expected = oracle_outputs(episodes[0])[records[2]["key"]]
+    assert rows[2 * 4 + 2]["messages"][-1]["content"] == expected["semantic"]
+    ds = to_dataset(rows)
+    assert ds.column_names == ["messages", "session_key", "agent", "source"] and len(ds) == 24
+
+
+def test_keep_empty_rows_drops_a_stable_share_of_answers_that_write_nothing():
+    from membuilder.training.trajectories import writes_nothing
+
+    records = expert_records(CONFIG, [0, 1], limit=None)
+    every = sft_rows(records)
+    empty = [r for r in every if writes_nothing(r["agent"], r["messages"][-1]["content"])]
+    assert 20 <= len(empty) < len(every)  # the oracle leaves some agents with nothing to write
+    kept = sft_rows(records, keep_empty=0.25)
+    kept_empty = [r for r in kept if writes_nothing(r["agent"], r["messages"][-1]["content"])]
+    # every row that writes something stays; about a quarter of the others, the same ones each time
+    assert len(kept) - len(kept_empty) == len(every) - len(empty)
+    assert 0.1 * len(empty) <= len(kept_empty) <= 0.4 * len(empty)
+    assert kept == sft_rows(records, keep_empty=0.25)
+    assert [r for r in sft_rows(records, keep_empty=0.0) if writes_nothing(r["agent"], r["messages"][-1]["content"])] == []
+    assert sft_rows(records, keep_empty=1.0) == every
+    with pytest.raises(ValueError, match="keep_empty"):
+        sft_rows(records, keep_empty=1.5)
+
+
+def test_llm_expert_trajectory_resumes_from_its_jsonl(episodes, embedder, tmp_path):
+    from membuilder.memory.bank import MemoryBank
+
+    conv = episodes[1].conversation
+    sessions = [SessionText(f"{conv.id}/{s.id}", s.time, s.render()) for s in conv.sessions[:4]]
+    calls = []
+
+    def expert(session: SessionText, obs):  # a writer that records which sessions it was asked about
+        calls.append(session.key)
+        return oracle_outputs(episodes[1])[session.key]
+
+    path = tmp_path / "traj.jsonl"
+    build_trajectory(sessions[:2], expert, MemoryBank(embedder), jsonl=path)
+    with path.open("a") as f:
+        f.write('{"key": "cut mid-wri')  # a line left by a killed run
+    resumed = build_trajectory(sessions, expert, MemoryBank(embedder), jsonl=path)
+    assert calls == [s.key for s in sessions[:2]] + [s.key for s in sessions[2:]]
+    fresh = build_trajectory(sessions, expert, MemoryBank(embedder))
+    assert [r["observation"] for r in resumed] == [r["observation"] for r in fresh]
+    out = write_jsonl(sft_rows(resumed), tmp_path / "sft.jsonl")
+    assert len(read_jsonl(out)) == 16 and json.loads(out.read_text().splitlines()[0])["agent"] == "core"
+
+
+def test_generation_markers_mask_only_the_assistant_turn():
+    tok = byte_tokenizer()
+    plain = tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False)
+    assert ensure_generation_markers(tok) == "chatml"
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": '{"operations": []}'}]
+    enc = tok.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+    kept = [t for t, m in zip(enc["input_ids"], enc["assistant_masks"], strict=True) if m]
+    assert tok.decode(kept) == '{"operations": []}<|im_end|>'
+    assert tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True,
+                                   tokenize=False) == plain
+
+
+def _sft(tmp_path, rows, peft=None, **kw):
+    from trl import SFTConfig
+
+    from membuilder.training.sft import build_sft_trainer
+
+    tok = byte_tokenizer()
+    options = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False, gradient_checkpointing=False,
+                   report_to="none", per_device_train_batch_size=2, max_steps=2, learning_rate=1e-2,
+                   assistant_only_loss=True, max_length=2048, save_strategy="no", logging_steps=1, seed=0)
+    args = SFTConfig(**{**options, **kw})
+    return build_sft_trainer(tiny_llama(tok), tok, to_dataset(rows), args, peft_config=peft), tok
+
+
+@pytest.fixture(scope="module")
+def small_rows():
+    return sft_rows(expert_records(CONFIG, [0], limit=2))
+
+
+def test_two_sft_steps_change_the_weights_and_resume(small_rows, tmp_path):
+    trainer, _ = _sft(tmp_path, small_rows, save_strategy="steps", save_steps=1)
+    labels = trainer.get_train_dataloader().__iter__().__next__()
+    assert "assistant_masks" in labels or (labels["labels"] == -100).any()
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    assert any(not torch.equal(before[n], p) for n, p in trainer.model.named_parameters())
+    again, _ = _sft(tmp_path, small_rows, max_steps=3)
+    again.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    assert again.state.global_step == 3
+
+
+def test_lora_sft_saves_an_adapter_and_a_merged_model_the_backend_loads(small_rows, tmp_path):
+    from membuilder.llm import load_chat_model
+    from membuilder.llm.base import Sampling
+    from membuilder.training.checkpoints import save_policy
+    from membuilder.training.sft import lora_config
+
+    trainer, tok = _sft(tmp_path, small_rows, peft=lora_config(r=4, alpha=8))
+    lora = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
+    assert lora and all("lora" in n for n in lora)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    trainer.train()
+    assert any(not torch.equal(before[n], p) for n, p in trainer.model.named_parameters() if n in before)
+    paths = save_policy(trainer.model, tok, tmp_path / "policy")
+    assert (tmp_path / "policy" / "adapter" / "adapter_config.json").exists()
+    model = load_chat_model({"model": paths["merged"], "backend": "transformers"})
+    out = model.generate([[{"role": "user", "content": "hi"}]], Sampling(max_new_tokens=4))
+    assert len(out) == 1
+
+
+def test_end_of_turn_is_trained_although_smollm2_pads_with_it(tmp_path):
+    """SmolLM2's pad token is its end-of-turn token (<|im_end|>, id 2). Padding must not mask
+    the <|im_end|> that closes each expert reply: a policy that never learns it runs to the
+    token limit."""
+    from datasets import Dataset
+    from trl import SFTConfig
+
+    from membuilder.training.sft import build_sft_trainer
+    from train.common import load_policy
+
+    _, tok, _ = load_policy("smollm2-135m", "float32")
+    assert tok.pad_token_id == tok.convert_tokens_to_ids("<|im_end|>")
+    rows = [{"messages": [{"role": "user", "content": "Remember a fact."},
+                          {"role": "assistant", "content": '{"operation": "APPEND", "content": "x"}'}]},
+            {"messages": [{"role": "user", "content": "Remember a much longer fact, it takes more tokens."},
+                          {"role": "assistant", "content": '{"a": 1}'}]}]
+    args = SFTConfig(output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=2, use_cpu=True, bf16=False,
+                     report_to="none", save_strategy="no", assistant_only_loss=True, gradient_checkpointing=False)
+    trainer = build_sft_trainer(tiny_llama(tok), tok, Dataset.from_list(rows), args)
+    batch = next(iter(trainer.get_train_dataloader()))
+    for ids, labels, row in zip(batch["input_ids"].tolist(), batch["labels"].tolist(), rows, strict=True):
+        trained = tok.decode([i for i, lab in zip(ids, labels) if lab != -100])
+        assert trained == row["messages"][-1]["content"] + "<|im_end|>"

@@ -1,0 +1,3 @@
+from train.ladder.run import main
+
+main()

@@ -1,0 +1,196 @@
+"""The training ladder's held-out evaluation of a stage: MemoryGym-v0's session reward on the held-out users'
+sessions (greedy, on ``eval_engine``) and the interactive memory score of the MemBuilder assistant writing
+memory with the stage's policy; each cached in the ladder's work folder per engine."""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from membuilder.plumbing.stats import bootstrap_ci
+from membuilder.training.policy_eval import evaluate_policy
+from memgym_env.construction.scoring import SessionScorer
+from train.common import load_policy, parse_users
+
+if TYPE_CHECKING:
+    from train.ladder.run import LadderArgs
+
+# One context for the RL engine and the evaluation's: the ladder's longest prompt plus its longest output
+# with room to spare.
+ENGINE_CONTEXT = 2048
+
+
+class Evaluator:
+    """Held-out sessions scored by MemoryGym-v0 (built once), plus the interactive memory score."""
+
+    def __init__(self, a: LadderArgs, work: Path):
+        users = parse_users(a.held_out_users)
+        if set(users) & set(parse_users(a.train_users)):
+            raise SystemExit(f"held_out_users {a.held_out_users!r} overlap train_users {a.train_users!r}")
+        self.scorers = {"evidence": SessionScorer(a.construction_config(answer_mode="evidence"), users,
+                                                  a.eval_sessions_per_user)}
+        if a.choice_answerer:
+            self.scorers["choice"] = SessionScorer(a.construction_config(answer_mode="choice",
+                                                                         answerer=a.choice_answerer),
+                                                   users, a.eval_sessions_per_user)
+        self.keys = self.scorers["evidence"].session_keys()
+        self.users = sorted({k.split("/")[0] for k in self.keys})
+        self.a, self.work = a, work
+        self._world = None
+
+    def generate(self, model, tokenizer, keys, label: str, scorers=None) -> dict[str, Any]:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=4 * len(keys), desc=f"evaluate {label}", unit="output", leave=False)
+        res = evaluate_policy(model, tokenizer, scorers or self.scorers, keys,
+                              max_new_tokens=self.a.max_completion_tokens, max_prompt_tokens=self.a.max_prompt_tokens,
+                              batch_size=self.a.eval_batch_size, progress=bar.update)
+        bar.close()
+        return res
+
+    def chat_model(self, policy: str):
+        """The stage's policy as a ``ChatModel`` on ``eval_engine`` (a trained stage: its merged checkpoint)."""
+        from membuilder.llm import load_chat_model
+
+        path = merged_path(policy)
+        if self.a.eval_engine == "vllm":
+            return load_chat_model(f"vllm:{path}", max_model_len=ENGINE_CONTEXT)  # the context RL's engine has
+        return load_chat_model(f"transformers:{path}")
+
+    def __call__(self, policy: str, label: str) -> dict[str, Any]:
+        # Evaluation trains nothing: the base may run in bfloat16 where the CPU has it.
+        t0 = time.perf_counter()
+        if self.a.eval_engine == "vllm":
+            from transformers import AutoTokenizer
+
+            from membuilder.llm.registry import resolve_chat_path
+
+            model = self.chat_model(policy)  # the tokenizer measures prompts exactly as RL's trainer does
+            tokenizer = AutoTokenizer.from_pretrained(resolve_chat_path(merged_path(policy)))
+            res = self.generate(model, tokenizer, self.keys, label)
+            model.close()
+        else:
+            model, tokenizer, _ = load_policy(policy, "auto", frozen_base=True)
+            res = self.generate(model, tokenizer, self.keys, label)
+        del model
+        gc.collect()
+        res["engine"] = self.a.eval_engine
+        res["reward_ci"] = {name: bootstrap_ci(v) for name, v in res["session_rewards"].items()}
+        res["eval_seconds"] = round(time.perf_counter() - t0, 1)
+        return res
+
+    def cached(self, policy: str, label: str, name: str) -> dict[str, Any]:
+        """Held-out generation and the memory score of one stage, each cached on its own."""
+        res = cached_json(self.cache(name), lambda: self(policy, label))
+        memory = cached_json(self.cache(f"{name}-memory"), lambda: self.memory_score(policy, label),
+                             valid=lambda m: m.get("memory_settings") == self.memory_settings())
+        return {**res, **memory}
+
+    def memory_settings(self) -> dict[str, int]:
+        """How the memory score's MemBuilder assistant writes: the stage's output limit, as in RL and the held-out
+        evaluation, and prompts that leave room for it in the engine's context."""
+        return {"write_tokens": self.a.max_completion_tokens,
+                "write_prompt_tokens": ENGINE_CONTEXT - self.a.max_completion_tokens}
+
+    def cache(self, name: str) -> Path:
+        """A stage evaluation's cache file: one per engine, so a work folder can change engines."""
+        return self.work / "eval" / f"{name}.{self.a.eval_engine}.json"
+
+    def world(self) -> Path:
+        """The interactive memory score's world, generated once into the work folder."""
+        path = self.work / "memory_score_world.json"
+        if not path.exists():
+            from memgym_env.world.config import load_config
+            from memgym_env.world.data_json import write_world
+            from memgym_env.world.offline import generate_world
+
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_world(generate_world(load_config("configs/env/base.yaml", dict(self.a.memory_score_world))), path)
+        return path
+
+    def memory_score(self, policy: str, label: str) -> dict[str, Any]:
+        """MemoryGym-Interactive-v0's MemBuilder assistant writing memory with ``policy``."""
+        if not self.a.memory_score_world:
+            return {"memory_score": None, "memory_score_ci": None, "memory_settings": self.memory_settings()}
+        from memgym_env.interactive.runner import RunConfig, evaluate_one, load_run_models
+        from memgym_env.world.data_json import read_world
+
+        t0 = time.perf_counter()
+        world_path = self.world()
+        trained = Path(policy).exists()
+        # The stage's policy writes the memory; the untrained model answers, as in `memgym evaluate`. Both run
+        # on eval_engine, named outright: a short model name would pick vLLM wherever it is installed.
+        engine = self.a.eval_engine
+        settings = self.memory_settings()
+        cfg = RunConfig(world=str(world_path), assistant="membuilder",
+                        out=str(self.work / "interactive" / f"{label}.{engine}.w{settings['write_tokens']}"),
+                        model=f"{engine}:{self.a.model_name_or_path}",
+                        policy_model=merged_path(policy) if trained else policy, factual_recall=False, **settings)
+        model, embedder, _ = load_run_models([cfg])
+        constructor = self.chat_model(policy) if trained else model
+        results = evaluate_one(cfg, read_world(world_path), model, embedder, {}, constructor=constructor)
+        cells = [v for row in results["per_user"]["memory_score"] for v in row]
+        for m in {id(model): model, id(constructor): constructor}.values():
+            if hasattr(m, "close"):
+                m.close()
+        del model, embedder, constructor
+        gc.collect()
+        score = results["overall"]["memory_score"]
+        score = None if score is None or math.isnan(score) else score  # undefined where no cell is (JSON has no NaN)
+        return {"memory_score": score, "memory_score_ci": bootstrap_ci(cells),
+                "memory_score_cells": sum(v is not None for v in cells), "memory_settings": settings,
+                "memory_score_seconds": round(time.perf_counter() - t0, 1)}
+
+
+def oracle_over_limit(a: LadderArgs) -> dict[str, Any]:
+    """How many of the oracle's outputs (its text and the end-of-turn token) exceed ``max_completion_tokens``,
+    per agent, over the training users' sessions and the held-out sessions: an output the expert needs more
+    room for is one the policy is cut at, in RL and in the evaluation alike."""
+    from transformers import AutoTokenizer
+
+    from membuilder.llm.registry import resolve_chat_path
+    from train.common import chosen_episodes
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_chat_path(a.model_name_or_path))
+    config = a.construction_config()
+    out: dict[str, Any] = {"limit": a.max_completion_tokens}
+    for name, users, limit in (("train", a.train_users, a.rl_sessions_per_user),
+                               ("held_out", a.held_out_users, a.eval_sessions_per_user)):
+        over: dict[str, int] = {}
+        longest: dict[str, int] = {}
+        sessions = 0
+        for ep in chosen_episodes(config, parse_users(users)):
+            outputs = ep.expert_outputs[:limit] if limit else ep.expert_outputs
+            sessions += len(outputs)
+            for session in outputs:
+                for agent, text in session.items():
+                    n = len(tokenizer(text)["input_ids"]) + 1
+                    over[agent] = over.get(agent, 0) + (n > a.max_completion_tokens)
+                    longest[agent] = max(longest.get(agent, 0), n)
+        out[name] = {"sessions": sessions, "over_limit": over, "longest": longest}
+    return out
+
+
+def merged_path(policy: str) -> str:
+    """The merged checkpoint beside an adapter folder (what the interactive env loads by path)."""
+    p = Path(policy)
+    return str(p.parent / "merged") if (p / "adapter_config.json").exists() else policy
+
+
+def cached_json(path: Path, make, valid=None):
+    """``make()``, kept in ``path``; a cached value ``valid`` rejects (made under other settings) is made again."""
+    if path.exists():
+        value = json.loads(path.read_text(encoding="utf-8"))
+        if valid is None or valid(value):
+            return value
+    value = make()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(value, indent=1), encoding="utf-8")
+    os.replace(tmp, path)
+    return value
