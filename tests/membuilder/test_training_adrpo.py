@@ -319,10 +319,14 @@ def test_an_adrpo_run_with_an_eval_dataset_evaluates(tokenizer, tmp_path):
 
 def test_micro_batches_of_one_prompt_train_what_one_session_batch_trains(tokenizer, tmp_path):
     """share_prompt with G rows a micro-batch: each micro-batch holds one agent prompt, and the accumulated
-    update equals the update of the whole session in one micro-batch (same rollouts, same seed)."""
-    whole = _trainer(tokenizer, tmp_path / "whole", max_steps=1, learning_rate=1e-2)
+    update equals the update of the whole session in one micro-batch (same rollouts, same seed).
+
+    Plain SGD, so the update is the learning rate times the accumulated gradient: Adam's first step
+    divides by the gradient's magnitude and so blows float rounding (which differs between CPUs,
+    with AMX or without) up to the learning rate's size; SGD keeps it at rounding size."""
+    whole = _trainer(tokenizer, tmp_path / "whole", max_steps=1, learning_rate=1e-2, optim="sgd")
     whole.train()  # each trainer seeds the RNG when built: build the second after the first has sampled
-    split = _trainer(tokenizer, tmp_path / "split", max_steps=1, learning_rate=1e-2,
+    split = _trainer(tokenizer, tmp_path / "split", max_steps=1, learning_rate=1e-2, optim="sgd",
                      per_device_train_batch_size=2, gradient_accumulation_steps=4)
     split.train()
     assert len(split._buffered_inputs) == 4
@@ -333,9 +337,16 @@ def test_micro_batches_of_one_prompt_train_what_one_session_batch_trains(tokeniz
         return sorted(tuple(r.tolist()) for b in batches for r in b["completion_ids"])
 
     assert rows(split._buffered_inputs) == rows(whole._buffered_inputs)  # the same rollouts
+    start = tiny_llama(tokenizer).state_dict()
     a, b = dict(whole.model.named_parameters()), dict(split.model.named_parameters())
-    moved = [n for n in a if not torch.equal(a[n], tiny_llama(tokenizer).state_dict()[n])]
-    assert moved and all(torch.allclose(a[n], b[n], atol=1e-5) for n in a)
+    step_a = {n: (a[n] - start[n]).detach() for n in a}
+    step_b = {n: (b[n] - start[n]).detach() for n in a}
+    largest = max(s.abs().max().item() for s in step_a.values())
+    assert largest > 1e-4  # the step moved the weights
+    # the two accumulations sum the same per-row terms in another order: they agree to float32 rounding
+    # of the update, far below the update itself
+    worst = max((step_a[n] - step_b[n]).abs().max().item() for n in a)
+    assert worst <= 1e-3 * largest, (worst, largest)
 
 
 def test_a_resumed_run_drops_the_rollout_lines_it_redoes(tmp_path):
