@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from membuilder.reward import LAMBDA, check_lambda
+from membuilder.reward import ALPHA, LAMBDA, check_lambda
 from memgym_env.benchmarks.judges import JUDGE_PROMPTS
 from memgym_env.construction.answers import ANSWER_MODES
 
@@ -19,29 +19,75 @@ SNAPSHOT_MODES = ("expert", "on_policy")
 
 @dataclass
 class ConstructionConfig:
-    source: str = "world"  # "world" (generated or loaded AMemGym world) | "conversation" (a JSON file)
-    world_path: str | None = None  # a data.json to load; None generates one
-    world_config: str | None = None  # YAML for generation (None: the published base setting)
-    world_overrides: dict[str, Any] = field(default_factory=lambda: {"num_users": 2, "num_periods": 2})
-    conversation_path: str | None = None
-    qa_path: str | None = None
-    expert_path: str | None = None
-    max_users: int | None = None
-    questions_per_session: int = 5
-    answer_mode: str = "choice"  # "choice" | "llm" | "evidence"
-    answerer: str = "smollm2-135m"
-    judge: str | None = None  # None: the answerer judges
-    judge_prompt: str = "locomo"  # the judge prompt of memgym_env.benchmarks.judges that grades "llm" answers
-    answer_max_tokens: int = 48  # an answer cut at this limit is counted and warned about
-    judge_max_tokens: int = 24  # likewise for a written verdict
-    chat_template_kwargs: dict[str, Any] | None = field(default_factory=lambda: {"enable_thinking": False})
-    embedder: str = "minilm"
-    snapshot: str = "expert"  # "expert" | "on_policy"
-    lam: float = LAMBDA  # length-penalty weight; 0 = no length penalty
-    alpha: float = 4.0  # ADRPO weight of the dominant memory type's agent; 1 = plain GRPO
-    reward_density: int = 1  # d: a session gets the task reward with probability 1/d
-    answer_k: int = 10
-    view_k: int = 20
+    source: str = field(default="world", metadata={
+        "help": "where the episodes come from: world (the users of an AMemGym world, generated offline or read "
+                "from world_path) or conversation (the conversations of a JSON file, as MemBuilder trains on "
+                "LongMemEval sessions)"})
+    world_path: str | None = field(default=None, metadata={
+        "help": "source world: a world file (AMemGym data.json format, e.g. from `memgym world generate`); "
+                "None generates one from world_config and world_overrides"})
+    world_config: str | None = field(default=None, metadata={
+        "help": "source world: the generator's YAML (WorldConfig fields) when world_path is None; None: "
+                "AMemGym's published base setting (configs/env/base.yaml)"})
+    world_overrides: dict[str, Any] = field(default_factory=lambda: {"num_users": 2, "num_periods": 2}, metadata={
+        "help": "source world: WorldConfig fields over world_config when the world is generated; the default "
+                "keeps a CPU run small (2 users and 2 periods, against the base setting's 20 and 10)"})
+    conversation_path: str | None = field(default=None, metadata={
+        "help": "source conversation: a Conversation JSON (or a list of them), one episode each"})
+    qa_path: str | None = field(default=None, metadata={
+        "help": "source conversation: a JSON list of QAItem dicts, each naming the session it follows; None: "
+                "the QA items inside the conversation file"})
+    expert_path: str | None = field(default=None, metadata={
+        "help": "source conversation: the expert's four agent outputs per session (JSON lines), needed by "
+                "snapshot expert; a world's expert is its oracle (the world's ideal operations)"})
+    max_users: int | None = field(default=None, metadata={
+        "help": "source world: keep the first N users (episodes); None keeps them all"})
+    questions_per_session: int = field(default=5, metadata={
+        "help": "source world: questions asked after each session; MemBuilder writes about 5 per session, "
+                "mixed 50/30/20 single-session/multi-session/temporal (conversation files bring their own)"})
+    answer_mode: str = field(default="choice", metadata={
+        "help": "how r_task answers a question from memory: choice (the answerer picks an option by "
+                "log-probability, as AMemGym asks multiple choice), llm (the answerer writes an answer and a "
+                "judge grades it, as MemBuilder's reward does) or evidence (no model: correct when the gold "
+                "fact is in the context the answerer would read)"})
+    answerer: str = field(default="smollm2-135m", metadata={
+        "help": "chat model spec that answers the questions (choice, llm): a registry name, a local folder or "
+                "openai:NAME@URL; its tokenizer also counts the lengths of the length penalty"})
+    judge: str | None = field(default=None, metadata={
+        "help": "chat model spec that grades llm answers; None: the answerer judges (MemBuilder's published "
+                "pipeline uses a remote LLM judge)"})
+    judge_prompt: str = field(default="locomo", metadata={
+        "help": "the judge prompt of memgym_env.benchmarks.judges that grades llm answers: locomo (Mem0's "
+                "generous J, reused by MemBuilder's eval/llm_judge.py), locomo-strict, longmemeval or perltqa"})
+    answer_max_tokens: int = field(default=48, metadata={
+        "help": "longest answer in tokens; an answer cut at this limit is counted in info['answers_cut'] and "
+                "warned about"})
+    judge_max_tokens: int = field(default=24, metadata={
+        "help": "longest written verdict in tokens; likewise counted in info['verdicts_cut']"})
+    chat_template_kwargs: dict[str, Any] | None = field(default_factory=lambda: {"enable_thinking": False}, metadata={
+        "help": "rendered into every answerer/judge prompt, local or served (Qwen3: do not think first)"})
+    embedder: str = field(default="minilm", metadata={
+        "help": "embedder spec of the memory's retrieval (cosine similarity, as MemBuilder's FAISS inner "
+                "product): minilm (all-MiniLM-L6-v2, shipped offline), a sentence-transformers folder or "
+                "openai:NAME@URL"})
+    snapshot: str = field(default="expert", metadata={
+        "help": "the memory each session is written into: expert (the expert's memory before the session, "
+                "restored every step, as MemBuilder trains) or on_policy (the policy's own memory carries on)"})
+    lam: float = field(default=LAMBDA, metadata={
+        "help": "length-penalty weight lambda of r_a = 1[valid] * r_task * (1 - lambda * l_a) (MemBuilder: "
+                "0.8, the default); 0 = no length penalty"})
+    alpha: float = field(default=ALPHA, metadata={
+        "help": "ADRPO weight of the agent of the dominant memory type (the type most retrieved when "
+                "answering); 1 = plain GRPO; MemBuilder's best of 1, 2, 4, 8, 16 is 4"})
+    reward_density: int = field(default=1, metadata={
+        "help": "d: a session gets the task reward with probability 1/d (seeded); the others keep validity and "
+                "the length penalty only (MemBuilder's sparse-reward ablation drops half: d = 2)"})
+    answer_k: int = field(default=10, metadata={
+        "help": "entries retrieved over all memory types to answer a question, beside the whole Core block "
+                "(MemBuilder: top-10)"})
+    view_k: int = field(default=20, metadata={
+        "help": "entries of an agent's own memory type shown in its observation (MemBuilder: top-20 when "
+                "constructing)"})
 
     def __post_init__(self) -> None:
         if self.answer_mode not in ANSWER_MODES:
