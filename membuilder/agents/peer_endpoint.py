@@ -12,6 +12,7 @@ import os
 from typing import Any
 
 from membuilder.agents.mem0_store import Endpoint
+from membuilder.llm.server import ModelServer, ServeLimits
 
 
 class _Booked:
@@ -42,8 +43,6 @@ def model_endpoint(model: Any, max_tokens: int = 256, context_length: int | None
     if http is not None and getattr(model, "model", None):  # an OpenAIChatModel: its server already exists
         key = os.environ.get(http.api_key_env) if http.api_key_env else None
         return Endpoint(http.base_url, model.model, key or "unused", max_tokens), None
-    from membuilder.llm.server import ModelServer, ServeLimits
-
     if hasattr(model, "ledger"):
         model = _Booked(model, purpose)
     server = ModelServer(model, None, host="127.0.0.1", port=0, chat_name=getattr(model, "name", "local"),

@@ -1,7 +1,8 @@
 """``memgym serve``: an OpenAI-compatible HTTP server over a local ``ChatModel`` and ``Embedder``.
 
 Lets any tool that speaks the OpenAI API use a local (e.g. freshly trained) checkpoint. Runs on
-Starlette under uvicorn (HTTP/1.1 with keep-alive, a listen backlog of 2048).
+Starlette under uvicorn (HTTP/1.1 with keep-alive, a listen backlog of 2048) through the project's
+one HTTP stack, ``membuilder.plumbing.http``, which ``memgym serve-env`` uses too.
 
 Endpoints
 - ``GET  /v1/models``: the served chat model and embedder.
@@ -32,7 +33,8 @@ Limits (``ServeLimits``), so that no request can hold the server:
 - a client that disconnects cancels its generation (the batch stops at the next token when
   every request in it is gone);
 - with an API key (``api_key``), every route but ``/health`` needs ``Authorization: Bearer KEY``
-  (401 otherwise). Binding an address beyond loopback without a key is refused.
+  or ``X-Api-Key: KEY`` (401 otherwise, before routing). Binding an address beyond loopback
+  without a key is refused.
 
 Concurrent chat requests with the same sampling settings (and prompts of similar length) are
 gathered for a few milliseconds and run as one batched ``generate``: a client sending 16
@@ -42,24 +44,28 @@ requests at once gets batched throughput.
 from __future__ import annotations
 
 import asyncio
-import hmac
-import inspect
-import json
 import math
-import queue
-import socket
 import threading
 import time
 import uuid
-from concurrent.futures import Future
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from membuilder.llm.base import Sampling, check_conversations
+from membuilder.llm.batching import GenerationBatcher, Job
+from membuilder.plumbing.http import (
+    HttpServer,
+    RequestError,
+    ServerSettings,
+    guarded,
+    json_app,
+    json_response,
+    read_json_body,
+)
 
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
-API_KEY_ENV = "MEMGYM_API_KEY"
 MAX_EMBED_INPUTS = 2048
+OPEN_PATHS = ("/health", "/v1/health")  # answered without the API key
 
 
 @dataclass
@@ -79,16 +85,6 @@ class ServeLimits:
             raise ValueError(f"ServeLimits.context_length must be >= 2, got {self.context_length}")
 
 
-class RequestError(ValueError):
-    def __init__(self, message: str, status: int = 400, headers: dict[str, str] | None = None):
-        super().__init__(message)
-        self.status, self.headers = status, headers or {}
-
-
-def is_loopback(host: str) -> bool:
-    return host in LOOPBACK_HOSTS or host.startswith("127.")
-
-
 def model_context_length(model: Any, default: int = 8192) -> int:
     """The context length of a chat model: its ``context_length``, else its transformers config's
     ``max_position_embeddings``, else the tokenizer's ``model_max_length`` when plausible."""
@@ -99,84 +95,6 @@ def model_context_length(model: Any, default: int = 8192) -> int:
         if isinstance(candidate, int) and 1 < candidate < 10_000_000:
             return candidate
     return default
-
-
-# ---- generation --------------------------------------------------------------------------
-@dataclass
-class _Job:
-    conversation: list[dict]
-    sampling: Sampling
-    bucket: int  # prompts of very different lengths are not batched together (padding cost)
-    future: Future = field(default_factory=Future)
-    gone: threading.Event = field(default_factory=threading.Event)  # the client disconnected
-
-
-class GenerationBatcher:
-    """Runs chat requests in batches: requests with equal sampling settings that arrive within
-    ``window_s`` of each other (up to ``max_batch``) share one ``generate`` call. A job whose
-    client left before its batch started is dropped; a running batch is stopped when every job
-    in it is gone (for models whose ``generate`` takes ``should_stop``)."""
-
-    def __init__(self, model: Any, max_batch: int = 16, window_s: float = 0.01):
-        self.model, self.max_batch, self.window_s = model, max_batch, window_s
-        try:
-            self._can_stop = "should_stop" in inspect.signature(model.generate).parameters
-        except (TypeError, ValueError):
-            self._can_stop = False
-        self._queue: queue.Queue = queue.Queue()
-        self._thread = threading.Thread(target=self._loop, name="memgym-serve-batcher", daemon=True)
-        self._thread.start()
-
-    def submit(self, conversation: list[dict], sampling: Sampling, prompt_tokens: int = 0) -> _Job:
-        job = _Job(conversation, sampling, bucket=max(0, prompt_tokens - 1).bit_length() // 2)
-        self._queue.put(job)
-        return job
-
-    def stop(self) -> None:
-        self._queue.put(None)
-        self._thread.join(timeout=5)
-
-    def _loop(self) -> None:
-        held: list = []  # jobs taken while gathering that belong to another batch
-        while True:
-            first = held.pop(0) if held else self._queue.get()
-            if first is None:
-                return
-            batch, key = [first], _batch_key(first)
-            deadline = time.monotonic() + self.window_s
-            while len(batch) < self.max_batch:
-                timeout = deadline - time.monotonic()
-                if timeout <= 0:
-                    break
-                try:
-                    job = self._queue.get(timeout=timeout)
-                except queue.Empty:
-                    break
-                if job is None:
-                    self._queue.put(None)  # finish this batch, then stop
-                    break
-                (batch if _batch_key(job) == key else held).append(job)
-            self._run(batch)
-
-    def _run(self, batch: list[_Job]) -> None:
-        batch = [job for job in batch if not job.gone.is_set() and job.future.set_running_or_notify_cancel()]
-        if not batch:
-            return
-        sampling = batch[0].sampling
-        kwargs = {"should_stop": lambda: all(job.gone.is_set() for job in batch)} if self._can_stop else {}
-        try:
-            completions = self.model.generate([job.conversation for job in batch], sampling, purpose="serve", **kwargs)
-        except Exception as exc:  # the error belongs to the callers, the batcher keeps serving
-            for job in batch:
-                job.future.set_exception(exc)
-            return
-        for i, job in enumerate(batch):
-            job.future.set_result(completions[i * sampling.n:(i + 1) * sampling.n])
-
-
-def _batch_key(job: _Job) -> str:
-    s = job.sampling
-    return json.dumps([s.temperature, s.top_p, s.max_new_tokens, s.n, s.stop, s.seed, s.min_new_tokens, job.bucket])
 
 
 def _number(body: dict, key: str, default, kind=float, low=None, high=None):
@@ -227,9 +145,6 @@ class ModelServer:
     def __init__(self, chat_model: Any, embedder: Any = None, host: str = "127.0.0.1", port: int = 8000,
                  chat_name: str | None = None, embedder_name: str | None = None, max_batch: int = 16,
                  api_key: str | None = None, limits: ServeLimits | None = None, unconstrained_json: bool = False):
-        if not is_loopback(host) and not api_key:
-            raise ValueError(f"binding {host} serves anyone who can reach this machine: set an API key "
-                             f"(--api-key or ${API_KEY_ENV}), or bind 127.0.0.1")
         self.chat_model, self.embedder = chat_model, embedder
         self.chat_name = chat_name or chat_model.name
         self.embedder_name = embedder_name or (embedder.name if embedder is not None else None)
@@ -239,46 +154,29 @@ class ModelServer:
         # Clients such as Mem0 and A-Mem ask for JSON on every call and parse the reply themselves,
         # counting a reply they cannot read as a failed write: an unconstrained reply is what they can use.
         self.unconstrained_json = unconstrained_json
+        self.in_flight = 0  # model requests waiting or running (touched only on the event loop)
+        # Connections beyond max_concurrency get 503 from uvicorn itself; below it, the queue answers 429.
+        settings = ServerSettings(protocol="h11", keep_alive_s=5, max_concurrency=2 * self.limits.max_queue + 64)
+        self.http = HttpServer(self._app(), host, port, self.api_key, name="memgym serve", settings=settings,
+                               open_paths=OPEN_PATHS, error=_error)
+        self.sock = self.http.sock
         self.batcher = GenerationBatcher(chat_model, max_batch=max_batch)
         self._embed_lock = threading.Lock()  # one encode at a time: torch threads already use the cores
-        self.in_flight = 0  # model requests waiting or running (touched only on the event loop)
-        self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind((host, port))
-        self.sock.listen(2048)
-        import uvicorn
-
-        # Connections beyond this get 503 from uvicorn itself; below it, the queue answers 429.
-        config = uvicorn.Config(self._app(), http="h11", lifespan="off", log_level="warning", access_log=False,
-                                limit_concurrency=2 * self.limits.max_queue + 64, timeout_keep_alive=5)
-        self.uvicorn = uvicorn.Server(config)
-        self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
-        host, port = self.sock.getsockname()[:2]
-        return f"http://{f'[{host}]' if ':' in host else host}:{port}/v1"
+        return self.http.url + "/v1"
 
     def start(self) -> ModelServer:
-        self._thread = threading.Thread(target=self.uvicorn.run, kwargs={"sockets": [self.sock]},
-                                        name="memgym-serve", daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + 30
-        while not self.uvicorn.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("memgym serve did not start")
-            time.sleep(0.01)
+        self.http.start()
         return self
 
     def serve_forever(self) -> None:
-        self.uvicorn.run(sockets=[self.sock])  # Ctrl-C / SIGTERM end it
+        self.http.serve_forever()
 
     def stop(self) -> None:
-        self.uvicorn.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        self.http.stop()
         self.batcher.stop()
-        self.sock.close()
 
     # ---- endpoint bodies (plain functions of a parsed body) --------------------------------
     def models(self) -> dict:
@@ -372,113 +270,65 @@ class ModelServer:
 
     # ---- HTTP ------------------------------------------------------------------------------
     def _app(self):
-        from starlette.applications import Starlette
-        from starlette.exceptions import HTTPException
         from starlette.routing import Route
 
-        async def not_found(request, exc):
-            message = f"no such endpoint: {request.method} {request.url.path}" if exc.status_code in (404, 405) \
-                else str(exc.detail)
-            return _error(exc.status_code, message)
-
-        routes = [Route(path, self._endpoint(handler, auth=path not in ("/health", "/v1/health")), methods=[method])
+        routes = [Route(path, guarded(handler, _error), methods=[method])
                   for method, paths, handler in (
                       ("GET", ("/v1/models", "/models"), self._models),
-                      ("GET", ("/health", "/v1/health"), self._health),
+                      ("GET", OPEN_PATHS, self._health),
                       ("POST", ("/v1/chat/completions", "/chat/completions"), self._chat),
                       ("POST", ("/v1/embeddings", "/embeddings"), self._embeddings),
                       ("POST", ("/tokenize", "/v1/tokenize"), self._tokenize))
                   for path in paths]
-        return Starlette(routes=routes, exception_handlers={HTTPException: not_found})
+        return json_app(routes, _error)
 
-    def _endpoint(self, handler, auth: bool):
-        async def endpoint(request):
-            try:
-                if auth and self.api_key is not None:
-                    self._check_key(request)
-                return await handler(request)
-            except RequestError as exc:
-                return _error(exc.status, str(exc), exc.headers)
-            except _ClientGone:
-                return _error(499, "the client closed the connection")
-            except Exception as exc:  # a server bug must reach the client as a 500, not a dropped socket
-                return _error(500, f"{type(exc).__name__}: {exc}")
-        return endpoint
-
-    def _check_key(self, request) -> None:
-        given = request.headers.get("authorization", "")
-        token = given[7:].strip() if given[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
-        if not hmac.compare_digest(token.encode(), self.api_key.encode()):
-            raise RequestError("missing or wrong API key: send 'Authorization: Bearer KEY'", status=401,
-                               headers={"WWW-Authenticate": "Bearer"})
-
-    async def _body(self, request) -> dict:
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limits.max_body_bytes:
-            raise RequestError(f"request body over {self.limits.max_body_bytes} bytes", status=413)
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > self.limits.max_body_bytes:
-                raise RequestError(f"request body over {self.limits.max_body_bytes} bytes", status=413)
-            chunks.append(chunk)
-        return parse_body(b"".join(chunks))
-
+    @contextmanager
     def _slot(self):
-        server = self
-
-        class _Slot:
-            def __enter__(self):
-                if server.in_flight >= server.limits.max_queue:
-                    raise RequestError(f"server busy: {server.in_flight} requests queued; retry shortly",
-                                       status=429, headers={"Retry-After": "1"})
-                server.in_flight += 1
-
-            def __exit__(self, *exc):
-                server.in_flight -= 1
-
-        return _Slot()
+        if self.in_flight >= self.limits.max_queue:
+            raise RequestError(f"server busy: {self.in_flight} requests queued; retry shortly",
+                               status=429, headers={"Retry-After": "1"})
+        self.in_flight += 1
+        try:
+            yield
+        finally:
+            self.in_flight -= 1
 
     async def _models(self, request):
-        return _json(200, self.models())
+        return json_response(200, self.models())
 
     async def _health(self, request):
-        return _json(200, {"status": "ok", "in_flight": self.in_flight})
+        return json_response(200, {"status": "ok", "in_flight": self.in_flight})
 
     async def _chat(self, request):
         from starlette.concurrency import run_in_threadpool
 
-        body = await self._body(request)
+        body = await read_json_body(request, self.limits.max_body_bytes)
         conv, sampling = self.read_chat(body)
         created, rid = int(time.time()), f"chatcmpl-{uuid.uuid4().hex[:24]}"
         with self._slot():
             if sampling is None:
-                return _json(200, await run_in_threadpool(self.prompt_logprobs, conv, body, rid, created))
+                return json_response(200, await run_in_threadpool(self.prompt_logprobs, conv, body, rid, created))
             length = await run_in_threadpool(self.prompt_tokens, conv)
             job = self.batcher.submit(conv, self.fit(sampling, length), length)
             completions = await _wait(job, request)
-            return _json(200, self.chat_response(completions, rid, created))
+            return json_response(200, self.chat_response(completions, rid, created))
 
     async def _embeddings(self, request):
         from starlette.concurrency import run_in_threadpool
 
-        body = await self._body(request)
+        body = await read_json_body(request, self.limits.max_body_bytes)
         with self._slot():
-            return _json(200, await run_in_threadpool(self.embeddings, body))
+            return json_response(200, await run_in_threadpool(self.embeddings, body))
 
     async def _tokenize(self, request):
         from starlette.concurrency import run_in_threadpool
 
-        body = await self._body(request)
+        body = await read_json_body(request, self.limits.max_body_bytes)
         with self._slot():
-            return _json(200, await run_in_threadpool(self.tokenize, body))
+            return json_response(200, await run_in_threadpool(self.tokenize, body))
 
 
-class _ClientGone(Exception):
-    pass
-
-
-async def _wait(job: _Job, request, poll_s: float = 0.2):
+async def _wait(job: Job, request, poll_s: float = 0.2):
     """The job's completions; if the client disconnects first, mark the job gone and give up."""
     waiting = asyncio.wrap_future(job.future)
     while True:
@@ -488,37 +338,11 @@ async def _wait(job: _Job, request, poll_s: float = 0.2):
         if await request.is_disconnected():
             job.gone.set()
             waiting.add_done_callback(lambda f: f.cancelled() or f.exception())  # nobody reads it
-            raise _ClientGone
-
-
-def _reject_constant(name: str):
-    raise RequestError(f"request body is not valid JSON: {name} is not a JSON number")
-
-
-def parse_body(raw: bytes) -> dict:
-    """A request body as a JSON object, or ``RequestError`` (400) saying why not."""
-    try:
-        text = raw.decode("utf-8") if raw else "{}"
-    except UnicodeDecodeError as exc:
-        raise RequestError(f"request body is not UTF-8 text: byte {exc.start} is invalid") from None
-    try:
-        body = json.loads(text, parse_constant=_reject_constant)
-    except json.JSONDecodeError as exc:
-        raise RequestError(f"request body is not JSON: {exc}") from None
-    except RecursionError:
-        raise RequestError("request body is not JSON this server reads: nested too deeply") from None
-    if not isinstance(body, dict):
-        raise RequestError("the request body must be a JSON object")
-    return body
-
-
-def _json(status: int, payload: dict, headers: dict[str, str] | None = None):
-    from starlette.responses import Response
-
-    return Response(json.dumps(payload), status_code=status, headers=headers, media_type="application/json")
+            raise RequestError("the client closed the connection", status=499)
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None):
+    """An error in the OpenAI API's form, whose ``type`` clients switch on."""
     kind = {401: "authentication_error", 429: "rate_limit_error"}.get(
         status, "invalid_request_error" if status < 500 else "server_error")
-    return _json(status, {"error": {"message": message, "type": kind, "code": status}}, headers)
+    return json_response(status, {"error": {"message": message, "type": kind, "code": status}}, headers)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import os
+import sys
 
 from membuilder.llm.embedders import load_embedder
 from membuilder.llm.registry import load_chat_model
-from membuilder.llm.server import API_KEY_ENV, ModelServer, ServeLimits, is_loopback
+from membuilder.llm.server import ModelServer, ServeLimits
+from membuilder.plumbing.http import API_KEY_ENV, api_key_or_env, check_binding
 
 HELP = "serve a local chat model and embedder over an OpenAI-compatible HTTP API"
 EXAMPLES = """examples:
@@ -48,16 +49,12 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    import sys
-
     if args.max_batch < 1:
         raise ValueError(f"--max-batch must be >= 1, got {args.max_batch}")
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be between 0 and 65535, got {args.port}")
-    api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
-    if not is_loopback(args.host) and not api_key:
-        raise ValueError(f"--host {args.host} serves anyone who can reach this machine: set --api-key or "
-                         f"${API_KEY_ENV}, or bind 127.0.0.1")
+    api_key = api_key_or_env(args.api_key)
+    check_binding(args.host, api_key)  # before the model loads, so a refusal comes at once
     limits = ServeLimits(context_length=args.context_length, max_tokens=args.max_tokens, max_queue=args.max_queue)
     model = load_chat_model(args.model, backend="transformers", device=args.device, dtype=args.dtype,
                             batch_size=args.max_batch)

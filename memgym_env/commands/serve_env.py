@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
+
+from membuilder.plumbing.http import API_KEY_ENV, HttpServer, api_key_or_env, check_binding
+from memgym_env.construction.config import ConstructionConfig
+from memgym_env.serving.env_app import build_app
 
 HELP = "serve MemoryGym-v0: POST /score for remote trainers and, with memgym[openenv], an OpenEnv environment"
 EXAMPLES = """examples:
@@ -36,7 +39,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, local only)")
     parser.add_argument("--port", type=int, default=8100, help="port (default: 8100; 0 picks a free one)")
     parser.add_argument("--api-key", default=None,
-                        help="clients must send 'Authorization: Bearer KEY' (default: $MEMGYM_API_KEY; required "
+                        help=f"clients must send 'Authorization: Bearer KEY' (default: ${API_KEY_ENV}; required "
                              "when --host is not loopback)")
 
 
@@ -58,10 +61,6 @@ def parse_users(spec: str | None) -> list[int] | None:
 
 
 def run(args) -> int:
-    from memgym_env.construction.config import ConstructionConfig
-    from memgym_env.serving.env_app import build_app
-    from memgym_env.serving.http import HttpServer
-
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be between 0 and 65535, got {args.port}")
     try:
@@ -74,11 +73,12 @@ def run(args) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    api_key = args.api_key or os.environ.get("MEMGYM_API_KEY") or None
+    api_key = api_key_or_env(args.api_key)
+    check_binding(args.host, api_key)  # before the world and the models load, so a refusal comes at once
     config = ConstructionConfig.from_yaml(args.env_config, **overrides)
     app, served = build_app(config, users=parse_users(args.users), max_sessions_per_user=args.max_sessions_per_user,
                             openenv=args.openenv, max_concurrent_envs=args.max_sessions)
-    server = HttpServer(app, host=args.host, port=args.port, api_key=api_key)
+    server = HttpServer(app, host=args.host, port=args.port, api_key=api_key, name="memgym serve-env")
     print(f"memgym serve-env: {served} at {server.url} (API key {'on' if api_key else 'off'}); Ctrl-C stops",
           file=sys.stderr, flush=True)
     try:

@@ -33,6 +33,7 @@ def build_app(config: ConstructionConfig, users: list[int] | None = None, max_se
             f"(answer mode {config.answer_mode}, embedder {config.embedder})")
     if openenv == "off" or not openenv_installed():
         return service.app(), what + ("" if openenv == "off" else "; OpenEnv off: openenv-core is not installed")
+    # openenv_env subclasses openenv-core's types as it loads: imported only when OpenEnv is served.
     from memgym_env.serving.openenv_env import openenv_app
 
     app = openenv_app(config, scorer.cache, scorer.models, lock, max_concurrent_envs)

@@ -14,7 +14,7 @@ rewards from different worlds or reward settings.
 from __future__ import annotations
 
 import itertools
-import os
+import json
 import socket
 import threading
 import time
@@ -25,11 +25,11 @@ from typing import Any
 
 import httpx
 
+from membuilder.plumbing.http import api_key_or_env
 from membuilder.reward import CandidateReward
 from memgym_env.serving.wire import dumps, reward_from_json, score_request
 
 RETRY_STATUS = (429, 500, 502, 503, 504)
-API_KEY_ENV = "MEMGYM_API_KEY"
 
 
 class RemoteScoringError(RuntimeError):
@@ -53,7 +53,7 @@ class RemoteScorer:
         if not timeout_s > 0 or not connect_timeout_s > 0:
             raise ValueError(f"timeouts must be > 0, got timeout_s={timeout_s}, connect_timeout_s={connect_timeout_s}")
         self.retries, self.backoff_s = retries, backoff_s
-        key = api_key or os.environ.get(API_KEY_ENV) or None
+        key = api_key_or_env(api_key)
         headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
         timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s)
         self._clients = [http_client(u, timeout, headers) for u in self.urls]
@@ -125,10 +125,7 @@ class RemoteScorer:
 
     def _check_config(self, expected: Any) -> None:
         want = asdict(expected) if is_dataclass(expected) else dict(expected)
-        # Through JSON, so tuples and lists compare as the replica sent them.
-        import json
-
-        want = json.loads(dumps(want))
+        want = json.loads(dumps(want))  # through JSON, so tuples and lists compare as the replica sent them
         differ = {k: (self.config.get(k), v) for k, v in want.items() if self.config.get(k) != v}
         if differ:
             lines = "; ".join(f"{k}: replicas {a!r}, this run {b!r}" for k, (a, b) in sorted(differ.items()))

@@ -26,10 +26,9 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from membuilder.llm.server import RequestError
+from membuilder.plumbing.http import RequestError, guarded, json_app, json_response, read_json_body
 from memgym_env.construction.scoring import SessionScorer
-from memgym_env.serving.http import error_response, json_response, read_json
-from memgym_env.serving.wire import read_score_request, reward_to_json
+from memgym_env.serving.wire import dumps, read_score_request, reward_to_json
 
 
 class ScoringService:
@@ -81,47 +80,32 @@ class ScoringService:
         from starlette.routing import Route
 
         async def sessions(request):
-            return json_response(200, self.sessions())
+            return _ok(self.sessions())
 
         async def observation(request):
-            return json_response(200, self.observation(request.query_params.get("session_key")))
+            return _ok(self.observation(request.query_params.get("session_key")))
 
         async def expert(request):
-            return json_response(200, self.expert(request.query_params.get("session_key")))
+            return _ok(self.expert(request.query_params.get("session_key")))
 
         async def score(request):
-            body = await read_json(request, self.max_body_bytes)
-            return json_response(200, await run_in_threadpool(self.score, body))
+            body = await read_json_body(request, self.max_body_bytes)
+            return _ok(await run_in_threadpool(self.score, body))
 
         async def health(request):
-            return json_response(200, {"status": "ok", "sessions": len(self.scorer.session_keys()),
-                                       "waiting": self.waiting, "scored": self.scored})
+            return _ok({"status": "ok", "sessions": len(self.scorer.session_keys()), "waiting": self.waiting,
+                        "scored": self.scored})
 
-        return [Route("/sessions", _guarded(sessions), methods=["GET"]),
-                Route("/observation", _guarded(observation), methods=["GET"]),
-                Route("/expert", _guarded(expert), methods=["GET"]),
-                Route("/score", _guarded(score), methods=["POST"]),
-                Route("/health", _guarded(health), methods=["GET"])]
+        return [Route("/sessions", guarded(sessions), methods=["GET"]),
+                Route("/observation", guarded(observation), methods=["GET"]),
+                Route("/expert", guarded(expert), methods=["GET"]),
+                Route("/score", guarded(score), methods=["POST"]),
+                Route("/health", guarded(health), methods=["GET"])]
 
     def app(self):
-        from starlette.applications import Starlette
-        from starlette.exceptions import HTTPException
-
-        async def unknown(request, exc):
-            if exc.status_code in (404, 405):
-                return error_response(exc.status_code, f"no such endpoint: {request.method} {request.url.path}")
-            return error_response(exc.status_code, str(exc.detail))
-
-        return Starlette(routes=self.routes(), exception_handlers={HTTPException: unknown})
+        return json_app(self.routes())
 
 
-def _guarded(handler):
-    """Bad input becomes a JSON error naming the problem; a server bug a 500 with its type, never a dropped socket."""
-    async def endpoint(request):
-        try:
-            return await handler(request)
-        except RequestError as exc:
-            return error_response(exc.status, str(exc))
-        except Exception as exc:
-            return error_response(500, f"{type(exc).__name__}: {exc}")
-    return endpoint
+def _ok(payload: Any):
+    """200 with the wire's JSON: numpy values as numbers, and NaN refused rather than sent."""
+    return json_response(200, payload, encode=dumps)

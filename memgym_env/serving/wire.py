@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from membuilder.llm.server import RequestError
 from membuilder.memory.ops import AGENTS
+from membuilder.plumbing.http import RequestError
 from membuilder.reward import CandidateReward
 
 MAX_CANDIDATES = 256

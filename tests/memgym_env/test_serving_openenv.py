@@ -16,9 +16,9 @@ from openenv.core.generic_client import GenericEnvClient
 
 import memgym_env  # noqa: F401  (registers MemoryGym-v0)
 from membuilder.memory.ops import AGENTS
+from membuilder.plumbing.http import HttpServer
 from memgym_env.construction.config import ConstructionConfig
 from memgym_env.serving.env_app import build_app
-from memgym_env.serving.http import HttpServer
 from memgym_env.serving.openenv_env import MemoryAction, MemoryGymClient
 
 CONFIG = ConstructionConfig.from_yaml("configs/env/construction_cpu.yaml", questions_per_session=3,
