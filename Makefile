@@ -80,12 +80,12 @@ acceptance: setup
 	$(PY) bench/interactive_acceptance.py
 
 # rag, membuilder, Mem0 (raw and inferred) and A-Mem side by side on conv-26 and the LongMemEval
-# sample, one answerer and judge (bench/peers_side_by_side.py; hours on 2 cores: see the README).
+# sample, one answerer and judge (bench/peers_side_by_side.py; hours on 2 cores: see docs/peers.md).
 .PHONY: peers
 peers: setup
 	$(PY) bench/peers_side_by_side.py
 
-# base -> SFT -> SFT+ADRPO / SFT+GRPO on held-out users (README: hours on 2 CPU cores, resumable).
+# base -> SFT -> SFT+ADRPO / SFT+GRPO on held-out users (docs/ladder_notes.md: hours on 2 CPU cores, resumable).
 # It runs in .venv-vllm: the RL rollouts come from vLLM's CPU engine (rl_engine: vllm).
 ladder: setup-vllm
 	$(PY_VLLM) -m train.ladder --config configs/train/ladder_smollm2_cpu.yaml

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,8 +49,6 @@ def test_the_readme_states_every_ladder_goal_as_results_ladder_md_reads_it():
 
 
 def test_the_copy_script_replaces_the_readmes_table_and_goals_and_nothing_else():
-    import importlib.util
-
     spec = importlib.util.spec_from_file_location("readme_ladder", ROOT / "scripts" / "readme_ladder.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
@@ -61,8 +62,6 @@ def test_the_copy_script_replaces_the_readmes_table_and_goals_and_nothing_else()
                    "| adrpo | 1 | 0.2 |\n\n- SFT above base: yes (0.1)\n- ADRPO seed 1 above SFT: no (0.2)\n\n"
                    "![plot](results/ladder.png)\n")
     assert script.updated(new, results, Path("ladder.md")) == new  # a second copy changes nothing
-    import pytest
-
     with pytest.raises(SystemExit, match="ladder.md: no ladder table"):
         script.updated(readme, "no results yet\n", Path("ladder.md"))
     assert script.main(["--check"]) == 0  # the committed README follows the committed results
