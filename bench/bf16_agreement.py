@@ -17,31 +17,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from membuilder import prompts
+from membuilder.agents.assistant import SYSTEM, numbered
+from membuilder.agents.choice import best_option, score_options
+from membuilder.llm import load_chat_model
+from membuilder.plumbing.stats import wilson
+from memgym_env.world import generate_world, load_config
+
 ROOT = Path(__file__).resolve().parents[1]
 PERIODS = (0, 2, 4, 6, 8)
 
 
-def wilson(successes: int, n: int, z: float = 1.96) -> list[float]:
-    if n == 0:
-        return [0.0, 1.0]
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return [round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4)]
-
-
 def scoring_prompts(users: int):
     """(prompt, number of options, index of the correct option) for the fixed set."""
-    from membuilder import prompts
-    from membuilder.agents.assistant import SYSTEM, numbered
-    from memgym_env.world import generate_world, load_config
-
     world = generate_world(load_config(str(ROOT / "configs" / "env" / "base.yaml"), overrides={"num_users": users}))
     items = []
     for user in world.users:
@@ -64,10 +58,6 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "bf16_agreement.json"))
     args = parser.parse_args()
-
-    from membuilder.agents.choice import best_option, score_options
-    from membuilder.llm import load_chat_model
-
     items = scoring_prompts(args.users)
     convs = [c for c, _, _ in items]
     labels = [[str(i) for i in range(1, n + 1)] for _, n, _ in items]
@@ -89,7 +79,7 @@ def main() -> None:
         "prompts": len(items),
         "options_scored": len(diffs),
         "argmax_agreement": round(agree / len(items), 4),
-        "argmax_agreement_ci95": wilson(agree, len(items)),
+        "argmax_agreement_ci95": [round(x, 4) for x in wilson(agree, len(items)) or (0.0, 1.0)],
         "disagreements": len(items) - agree,
         "goal": ">= 0.99",
         "logprob_abs_diff_mean": round(sum(diffs) / len(diffs), 4),

@@ -35,7 +35,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project, for the engine's own Python too
+
 from engine_python import python_for  # bench/ is the script's own folder
+
+from membuilder.plumbing.stats import paired_difference
+from train.ladder.evaluator import Evaluator
+from train.ladder.run import LadderArgs
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGINES = ("transformers", "vllm")
@@ -43,10 +49,6 @@ ENGINES = ("transformers", "vllm")
 
 def measure(engine: str, policy: str, memory: bool, sessions_per_user: int | None) -> dict:
     """Runs in the engine's own process."""
-    sys.path.insert(0, str(ROOT))
-    from train.ladder.evaluator import Evaluator
-    from train.ladder.run import LadderArgs
-
     a = LadderArgs(eval_engine=engine, **({} if memory else {"memory_score_world": "{}"}),
                    **({"eval_sessions_per_user": sessions_per_user} if sessions_per_user else {}))
     with tempfile.TemporaryDirectory(prefix=f"ladder-eval-{engine}-") as work:
@@ -78,14 +80,13 @@ def run_engine(engine: str, policy: str, memory: bool, sessions_per_user: int | 
 
 def agreement(a: dict, b: dict) -> dict:
     """Same-text share over all outputs and the paired reward difference b - a over sessions."""
-    sys.path.insert(0, str(ROOT))
-    from membuilder.plumbing.stats import bootstrap_ci
-
-    assert a["session_keys"] == b["session_keys"]
-    same = [a["outputs"][k][agent] == b["outputs"][k][agent] for k in a["session_keys"] for agent in a["outputs"][k]]
-    diffs = [y - x for x, y in zip(a["session_rewards"], b["session_rewards"], strict=True)]
+    keys = a["session_keys"]
+    assert keys == b["session_keys"]
+    same = [a["outputs"][k][agent] == b["outputs"][k][agent] for k in keys for agent in a["outputs"][k]]
+    d = paired_difference(dict(zip(keys, a["session_rewards"], strict=True)),
+                          dict(zip(keys, b["session_rewards"], strict=True)), keys)
     return {"same_text_share": round(sum(same) / len(same), 3), "outputs": len(same),
-            "reward_difference": round(sum(diffs) / len(diffs), 4), "reward_difference_ci": bootstrap_ci(diffs)}
+            "reward_difference": d["mean"], "reward_difference_ci": d["ci"]}
 
 
 def main() -> None:

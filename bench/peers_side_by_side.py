@@ -26,6 +26,9 @@ import os
 import time
 from pathlib import Path
 
+from membuilder.llm import load_chat_model
+from membuilder.llm.embedders import load_embedder
+from membuilder.plumbing.stats import wilson
 from memgym_env.benchmarks.runner import CountingEmbedder, EvalConfig, evaluate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,20 +38,13 @@ BENCHMARKS = {"locomo": DATA / "locomo" / "locomo10_conv-26.json",
 SYSTEMS = "rag,membuilder,mem0,mem0-infer,a-mem"
 
 
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    if n == 0:
-        return (math.nan, math.nan)
-    p = k / n
-    mid, half = (p + z * z / (2 * n)), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return ((mid - half) / (1 + z * z / n), (mid + half) / (1 + z * z / n))
-
 
 def row(bench: str, system: str, results: dict) -> dict:
     items, run, summary = results["items"], results["run"], results["summary"]
     scope = [i for i in items if bench != "locomo" or i.get("category") in (1, 2, 3, 4)]
     judged = [i for i in scope if i.get("correct") is not None]
     right = sum(bool(i["correct"]) for i in judged)
-    lo, hi = wilson(right, len(judged))
+    lo, hi = wilson(right, len(judged)) or (math.nan, math.nan)
     head = summary.get("headline") or summary.get("overall") or {}
     check = run.get("judge_check") or {}
     stages = run["invocations"][-1]["stages"] if run.get("invocations") else {}
@@ -97,10 +93,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="runs/peers")
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-    from membuilder.llm import load_chat_model
-    from membuilder.llm.embedders import load_embedder
-
     threads = 1 if (os.cpu_count() or 1) <= 2 else None  # one torch thread is faster on a shared 2-core machine
     kw = {"threads": threads} if threads else {}
     loaded: dict[str, object] = {}

@@ -42,6 +42,9 @@ from membuilder.memory.entry import MEMORY_TYPES
 from membuilder.memory.ops import AGENTS
 
 LAMBDA = 0.8
+# ADRPO's weight of the dominant memory type's agent: MemBuilder's published alpha (arXiv 2601.05488),
+# the best of the 1, 2, 4, 8 and 16 it tried (its LoCoMo ablation: alpha 1 82.82, alpha 4 84.04)
+ALPHA = 4.0
 CORE_FREE_TOKENS = 150
 CORE_FULL_PENALTY_TOKENS = 400
 RATIO_LOW, RATIO_HIGH = 0.5, 1.3
@@ -145,7 +148,7 @@ class CandidateReward:
 
 def candidate_reward(valid: Mapping[str, bool], tokens_written: Mapping[str, int], tokens_expert: Mapping[str, int],
                      *, task_reward: float | None, counts: Mapping[str, int] | None = None, lam: float = LAMBDA,
-                     alpha: float = 4.0, rule: LengthRule = DEFAULT_LENGTH_RULE,
+                     alpha: float = ALPHA, rule: LengthRule = DEFAULT_LENGTH_RULE,
                      info: Mapping[str, Any] | None = None) -> CandidateReward:
     """r_a for every agent and the attribution weights of one rollout.
 

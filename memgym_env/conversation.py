@@ -8,10 +8,11 @@ need to know where a conversation came from.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from membuilder.plumbing.json_files import read_json, write_json
 
 
 @dataclass
@@ -72,6 +73,8 @@ class Conversation:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "conversation") -> Conversation:
+        if not isinstance(data, dict):
+            raise ValueError(f"{where}: expected a conversation object, got {type(data).__name__}")
         try:
             sessions = [
                 Session(
@@ -88,16 +91,10 @@ class Conversation:
         return cls(id=str(data.get("id", "conversation")), sessions=sessions, qa=qa, meta=data.get("meta", {}))
 
     def save(self, path: str | Path) -> None:
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), ensure_ascii=False, indent=1), encoding="utf-8")
-        tmp.replace(path)
+        write_json(path, self.to_dict())
 
     @classmethod
     def load(cls, path: str | Path) -> Conversation:
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: not valid JSON ({exc})") from exc
-        return cls.from_dict(data, where=str(path))
+        """A conversation file (``.json`` or ``.json.gz``), read through the JSON guard (nesting
+        depth and size checked first); every fault is a ``ValueError`` naming the file."""
+        return cls.from_dict(read_json(path), where=str(path))

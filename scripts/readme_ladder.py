@@ -12,6 +12,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project, whichever Python runs this
+
+from membuilder.plumbing.json_files import atomic_write_text
+
 ROOT = Path(__file__).resolve().parents[1]
 HEADER = "| stage | seed |"
 GOALS = "Goals, read off the intervals:"
@@ -71,9 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return 0
     if new != readme:
-        tmp = readme_path.with_suffix(".md.tmp")
-        tmp.write_text(new, encoding="utf-8")
-        tmp.replace(readme_path)
+        atomic_write_text(readme_path, new)
         print("README.md: ladder table and goals copied from results/ladder.md")
     return 0
 

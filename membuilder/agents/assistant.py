@@ -28,6 +28,7 @@ from typing import Any, Protocol, runtime_checkable
 from membuilder import prompts
 from membuilder.agents.choice import best_option, score_options, stated_choice
 from membuilder.llm.base import ChatMessages, PurposeBoundModel, Sampling, with_purpose
+from membuilder.plumbing.json_files import write_json
 
 SYSTEM = "You are a helpful personal assistant with a long-term memory of the user."
 STATE_FILE = "assistant.json"
@@ -191,12 +192,8 @@ class ChatAssistant(ABC):
         return [str(o) for o in outs]
 
     def save_state(self, folder: str | Path) -> None:
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
         data = {"assistant": self.name, "user_id": self.user_id, "state": self.state_dict()}
-        tmp = folder / (STATE_FILE + ".tmp")
-        tmp.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
-        tmp.replace(folder / STATE_FILE)  # atomic: an interrupted save leaves the previous state
+        write_json(Path(folder) / STATE_FILE, data)  # atomic: an interrupted save leaves the previous state
 
     def load_state(self, folder: str | Path) -> None:
         path = Path(folder) / STATE_FILE

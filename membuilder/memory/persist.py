@@ -10,9 +10,10 @@ serialised canonically). ``load`` checks each one before using the file, so a fl
 error naming the damaged file instead of wrong vectors or a wrong memory. Banks saved before
 checksums existed have no ``checksums`` field and load unchecked.
 
-A save writes a complete sibling folder first, then swaps it in with two renames. A crash before
-the swap leaves the old folder untouched; a crash between the two renames leaves the old folder
-under a ``.old`` name, which ``load`` finds and uses. Either way the previous bank survives.
+A save writes a complete sibling folder first, then swaps it in with two renames
+(``membuilder.plumbing.json_files.atomic_dir``, flushed to disk). A crash before the swap leaves
+the old folder untouched; a crash between the two renames leaves the old folder under a ``.old``
+name, which ``load`` finds and uses. Either way the previous bank survives.
 
 This module reads and writes a bank's parts and never imports ``MemoryBank``: ``MemoryBank.save``
 and ``MemoryBank.load`` call it and assemble the bank.
@@ -23,10 +24,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import re
-import shutil
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,22 +34,10 @@ from membuilder.memory.core import Compressor, CoreBlock, CoreEvent
 from membuilder.memory.embedding_cache import EmbeddingCache
 from membuilder.memory.entry import MEMORY_TYPES, Entry
 from membuilder.memory.segment import Segment
+from membuilder.plumbing.json_files import atomic_dir, left_aside
 
 FORMAT = "memgym-bank"
 VERSION = 1
-
-
-def _fsync_file(path: Path) -> None:
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _sha256(data: bytes) -> str:
@@ -68,12 +54,7 @@ def content_checksum(meta: dict) -> str:
 
 def save_bank(bank, path: Path) -> Path:
     path = Path(path)
-    parent = path.parent if str(path.parent) else Path(".")
-    parent.mkdir(parents=True, exist_ok=True)
-    token = uuid.uuid4().hex[:8]
-    tmp = parent / f".{path.name}.tmp-{token}"
-    tmp.mkdir()
-    try:
+    with atomic_dir(path, fsync=True) as tmp:
         segments = bank.store.segments()
         layout = []
         for i, seg in enumerate(segments):
@@ -110,24 +91,6 @@ def save_bank(bank, path: Path) -> Path:
         meta["checksums"] = checksums
         with open(tmp / "bank.json", "w", encoding="utf-8") as f:
             json.dump(meta, f, ensure_ascii=False, indent=1)
-        for child in tmp.iterdir():
-            _fsync_file(child)
-        _fsync_dir(tmp)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-    old = parent / f".{path.name}.old-{token}"
-    if path.exists():
-        os.rename(path, old)
-    os.rename(tmp, path)
-    _fsync_dir(parent)
-    shutil.rmtree(old, ignore_errors=True)
-    # Leftovers of saves that were killed earlier.
-    for stale in parent.glob(f".{path.name}.tmp-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    for stale in parent.glob(f".{path.name}.old-*"):
-        shutil.rmtree(stale, ignore_errors=True)
     return path
 
 
@@ -135,9 +98,7 @@ def _recover(path: Path) -> Path:
     """The folder to read: the bank itself, or the old copy a save left mid-swap."""
     if (path / "bank.json").exists():
         return path
-    parent = path.parent if str(path.parent) else Path(".")
-    olds = sorted(parent.glob(f".{path.name}.old-*"), key=lambda p: p.stat().st_mtime, reverse=True)
-    for old in olds:
+    for old in left_aside(path):
         if (old / "bank.json").exists():
             return old
     raise FileNotFoundError(f"no memory bank at {path} (expected {path / 'bank.json'})")

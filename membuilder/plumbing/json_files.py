@@ -1,6 +1,6 @@
-"""Reading JSON files that may be hostile: bounded nesting depth and size, errors that name the file.
+"""JSON files in and out: guarded reads of files that may be hostile, and atomic writes.
 
-A file of 100,000 nested brackets (200 KB) drives a recursive parser into ``RecursionError`` and
+Reading: a file of 100,000 nested brackets (200 KB) drives a recursive parser into ``RecursionError`` and
 a streaming one (ijson, whose path prefixes grow with the depth) into memory that grows with the
 square of the depth. ``DepthScanner`` reads the raw bytes first, in chunks, with numpy: it
 tracks string state and bracket depth and stops at ``MAX_DEPTH`` before any parser sees the
@@ -8,14 +8,29 @@ input. Real benchmark and world files nest fewer than 10 levels.
 
 - ``load_json_file(path)``: a whole ``.json`` / ``.json.gz`` file, at most ``MAX_JSON_BYTES``
   once decompressed;
+- ``read_json(path)``: the same, a file that is no JSON being a ``ValueError`` naming it (for
+  files users hand us: conversations, QA lists);
 - ``GuardedReader(fh, source)``: wraps a binary file for a streaming parser (every ``read`` is
   scanned), so a 2.7 GB file is guarded at no extra pass.
+
+Writing. Every file and folder MemGym writes for later runs to read is written beside its target
+and renamed into place, so a run killed mid-write leaves the previous version, never half a file:
+
+- ``atomic_write_bytes(path, data)``, ``atomic_write_text(path, text)``, ``write_json(path, data)``
+  (indented, UTF-8): through ``<name>.tmp``, which no ``*.json`` glob picks up;
+- ``atomic_dir(path)``: a folder filled inside a ``with`` block (a model checkpoint, a memory
+  bank), swapped in with two renames; ``fsync=True`` makes the swap survive a power cut too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -132,3 +147,94 @@ def loads_guarded(data: bytes | str, source: str, max_depth: int = MAX_DEPTH) ->
 def load_json_file(path: str | Path, max_depth: int = MAX_DEPTH, max_bytes: int = MAX_JSON_BYTES) -> Any:
     """A whole JSON file (``.json`` or ``.json.gz``), depth- and size-checked first."""
     return loads_guarded(read_bytes(path, max_bytes), str(path), max_depth)
+
+
+def read_json(path: str | Path) -> Any:
+    """``load_json_file``, with a file that is not JSON (or not UTF-8) a ``ValueError`` naming it;
+    ``JSONLimitError`` (a ``ValueError`` too) for one nested too deeply or too large."""
+    try:
+        return load_json_file(path)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` (its folder made if missing) through ``<name>.tmp``, renamed into
+    place once complete: a crash mid-write leaves the previous file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_bytes(data)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, path)
+    return path
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """``atomic_write_bytes`` of ``text`` in UTF-8."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: str | Path, data: Any) -> Path:
+    """``data`` as indented UTF-8 JSON (non-ASCII kept as is), written atomically."""
+    return atomic_write_text(path, json.dumps(data, ensure_ascii=False, indent=1))
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(folder: Path) -> None:
+    for root, _, files in os.walk(folder):
+        for name in files:
+            _fsync(Path(root) / name)
+        _fsync(Path(root))
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | Path, fsync: bool = False) -> Iterator[Path]:
+    """A new empty folder to fill inside the ``with`` block, swapped in for ``path`` when the block ends.
+
+    The folder is ``.<name>.tmp-<token>`` beside ``path``. If the block raises, it is removed and
+    ``path`` is untouched. Otherwise two renames swap it in: the old ``path`` (if any) is moved
+    aside to ``.<name>.old-<token>``, the new folder takes its name, the old one is removed. A
+    crash before the swap leaves ``path`` as it was; one between the renames leaves no ``path``
+    but its previous content under the ``.old`` name (``left_aside`` finds it). Leftovers of
+    earlier killed swaps are removed after a successful one. ``fsync``: the files, the folder and
+    the rename are flushed to disk before the old copy goes."""
+    path = Path(path)
+    parent = path.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    token = uuid.uuid4().hex[:8]
+    tmp = parent / f".{path.name}.tmp-{token}"
+    tmp.mkdir()
+    try:
+        yield tmp
+        if fsync:
+            _fsync_tree(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = parent / f".{path.name}.old-{token}"
+    if path.exists():
+        os.rename(path, old)
+    os.rename(tmp, path)
+    if fsync:
+        _fsync(parent)
+    shutil.rmtree(old, ignore_errors=True)
+    for stale in [*parent.glob(f".{path.name}.tmp-*"), *parent.glob(f".{path.name}.old-*")]:
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def left_aside(path: str | Path) -> list[Path]:
+    """Previous copies of ``path`` that an ``atomic_dir`` swap killed between its two renames left
+    aside, newest first."""
+    path = Path(path)
+    return sorted(path.parent.glob(f".{path.name}.old-*"), key=lambda p: p.stat().st_mtime, reverse=True)

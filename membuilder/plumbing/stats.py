@@ -1,10 +1,27 @@
-"""Percentile bootstrap intervals for the ladder's held-out means (resampling sessions or cells)."""
+"""The statistics MemGym reports: bootstrap intervals, paired differences, Wilson intervals.
+
+- ``bootstrap_ci(values)``: percentile bootstrap of a mean (the ladder's held-out reward over
+  sessions, a memory score over cells, a train reward over steps), with Python's ``random``;
+- ``paired_difference(a, b)``: the mean of ``b - a`` over the keys both hold (sessions, steps),
+  with its ``bootstrap_ci``: pairing removes the spread between sessions both share;
+- ``against_zero(ci)``: how an interval of a difference reads ("above", "below", "zero inside");
+  ``separated(a, b)``: whether interval ``b`` lies wholly above ``a``;
+- ``grouped_bootstrap_ci(groups, ...)``: percentile bootstrap of a mean over groups of each
+  group's rescaled mean, every group resampled on its own, with numpy (the interactive memory score);
+- ``wilson(k, n)``: the Wilson interval of a share.
+
+Every bootstrap is deterministic for its seed (0 by default), so a report rerun gives the same
+intervals.
+"""
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
 
 
 def bootstrap_ci(values: Sequence[float | None], level: float = 0.95, resamples: int = 2000,
@@ -24,6 +41,50 @@ def bootstrap_ci(values: Sequence[float | None], level: float = 0.95, resamples:
     return [round(lo, 4), round(hi, 4)]
 
 
+def paired_difference(a: Mapping[Hashable, float], b: Mapping[Hashable, float],
+                      keys: Iterable[Hashable] | None = None) -> dict[str, Any] | None:
+    """``{"mean", "ci", "n"}`` of ``b[k] - a[k]`` over ``keys`` (default: the keys both hold,
+    sorted; their order fixes which values the bootstrap draws), the mean rounded to 4 places and
+    ``ci`` its ``bootstrap_ci``. None when there is no key."""
+    keys = sorted(a.keys() & b.keys()) if keys is None else list(keys)
+    if not keys:
+        return None
+    diffs = [b[k] - a[k] for k in keys]
+    return {"mean": round(sum(diffs) / len(diffs), 4), "ci": bootstrap_ci(diffs), "n": len(keys)}
+
+
+def against_zero(ci: Sequence[float]) -> str:
+    """Where a difference's interval stands against zero: "above", "below" or "zero inside"."""
+    return "above" if ci[0] > 0 else "below" if ci[1] < 0 else "zero inside"
+
+
 def separated(a: Sequence[float] | None, b: Sequence[float] | None) -> bool:
     """Whether interval ``b`` lies wholly above interval ``a`` (the ladder's "beats" criterion)."""
     return bool(a and b and b[0] > a[1])
+
+
+def grouped_bootstrap_ci(groups: Sequence[Sequence[float]], offsets: Sequence[float], scales: Sequence[float],
+                         draws: int = 2000, seed: int = 0) -> tuple[float, float] | None:
+    """95% percentile-bootstrap interval of the mean over groups of ``(mean(group) - offset) / scale``:
+    each group's values are resampled with replacement (``draws`` times, one numpy generator for
+    all, group after group), its offset and scale held fixed. None without groups."""
+    if not groups:
+        return None
+    rng = np.random.default_rng(seed)
+    means = np.zeros(draws)
+    for values, offset, scale in zip(groups, offsets, scales, strict=True):
+        values = np.asarray(values, dtype=float)
+        means += (rng.choice(values, size=(draws, len(values))).mean(axis=1) - offset) / scale
+    means /= len(groups)
+    lo, hi = np.percentile(means, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float] | None:
+    """95% Wilson interval of a share ``k`` of ``n``, clipped to [0, 1] (None when n = 0)."""
+    if n <= 0:
+        return None
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return float(max(0.0, centre - half)), float(min(1.0, centre + half))

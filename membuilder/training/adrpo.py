@@ -39,6 +39,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler, split_tensor_dict
 
 from membuilder.memory.ops import AGENTS, SEARCHABLE_AGENTS
+from membuilder.plumbing.json_files import atomic_write_text
 from membuilder.reward import CandidateScorer, task_rewarded_coin
 from membuilder.training.importance_ratio import RatioStats, importance_ratio
 
@@ -261,7 +262,6 @@ def _start_step(resume_from_checkpoint, output_dir: str) -> int:
 def trim_rollout_log(path: str, start: int) -> int:
     """Keep the lines a run resumed from the checkpoint of step ``start`` (0: started afresh) will not redo,
     and return how many were dropped: the stopped sitting's later steps would otherwise be logged twice."""
-    import os
     from pathlib import Path
 
     log = Path(path)
@@ -282,9 +282,7 @@ def trim_rollout_log(path: str, start: int) -> int:
             kept.append(line if line.endswith("\n") else line + "\n")
     if len(kept) == len(lines):
         return 0
-    tmp = log.with_suffix(log.suffix + ".tmp")
-    tmp.write_text("".join(kept), encoding="utf-8")
-    os.replace(tmp, log)  # a stop while trimming leaves the old log, never half of it
+    atomic_write_text(log, "".join(kept))  # a stop while trimming leaves the old log, never half of it
     return len(lines) - len(kept)
 
 

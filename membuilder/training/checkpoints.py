@@ -12,25 +12,9 @@ renamed into place once complete):
 from __future__ import annotations
 
 import copy
-import shutil
 from pathlib import Path
 
-
-def _atomic_save(target: Path, write) -> Path:
-    tmp = target.with_name(target.name + ".partial")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    write(tmp)
-    old = target.with_name(target.name + ".old")
-    if target.exists():
-        if old.exists():
-            shutil.rmtree(old)
-        target.rename(old)
-    tmp.rename(target)
-    if old.exists():
-        shutil.rmtree(old)
-    return target
+from membuilder.plumbing.json_files import atomic_dir
 
 
 def is_peft(model) -> bool:
@@ -43,17 +27,17 @@ def save_policy(model, tokenizer, folder: str | Path) -> dict[str, str]:
     folder.mkdir(parents=True, exist_ok=True)
     out = {}
     if is_peft(model):
-        out["adapter"] = str(_atomic_save(folder / "adapter", lambda p: model.save_pretrained(p)))
+        with atomic_dir(folder / "adapter") as tmp:
+            model.save_pretrained(tmp)
+        out["adapter"] = str(folder / "adapter")
         merged = copy.deepcopy(model).merge_and_unload()
     else:
         merged = model
     template = getattr(tokenizer, "chat_template", None)
-
-    def write_merged(path: Path) -> None:
-        merged.save_pretrained(path, safe_serialization=True)
-        tokenizer.save_pretrained(path)
-        if template and not (path / "chat_template.jinja").exists():
-            (path / "chat_template.jinja").write_text(template, encoding="utf-8")
-
-    out["merged"] = str(_atomic_save(folder / "merged", write_merged))
+    with atomic_dir(folder / "merged") as tmp:
+        merged.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        if template and not (tmp / "chat_template.jinja").exists():
+            (tmp / "chat_template.jinja").write_text(template, encoding="utf-8")
+    out["merged"] = str(folder / "merged")
     return out

@@ -32,6 +32,7 @@ from typing import Any
 from membuilder.agents.constructor import MemBuilderPolicy, build_observation, render_prompt
 from membuilder.llm.base import Sampling
 from membuilder.memory.ops import AGENTS, parse
+from membuilder.plumbing.json_files import atomic_write_text
 from membuilder.training.prompts import PromptLength, fit_prompt
 
 # An observation -> {agent: raw output}.
@@ -176,14 +177,7 @@ def to_dataset(rows: Sequence[Mapping[str, Any]]):
 
 def write_jsonl(rows: Iterable[Mapping[str, Any]], path: str | Path) -> Path:
     """Write rows as JSON lines atomically (a temporary file renamed into place)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(dict(row), ensure_ascii=False) + "\n")
-    tmp.replace(path)
-    return path
+    return atomic_write_text(path, "".join(json.dumps(dict(row), ensure_ascii=False) + "\n" for row in rows))
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:

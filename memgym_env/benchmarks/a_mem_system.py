@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from membuilder.agents.mem0_store import LoggedFailures
+from membuilder.plumbing.json_files import atomic_write_text
 from memgym_env.benchmarks.answering import memory_block
 from memgym_env.benchmarks.systems import Context, _holds_answer, _message_line, conversation_digest
 from memgym_env.conversation import Conversation, QAItem
@@ -137,9 +138,7 @@ class AMemSystem:
 
     @staticmethod
     def _save(path: Path, state: dict[str, Any]) -> None:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state), encoding="utf-8")
-        tmp.replace(path)
+        atomic_write_text(path, json.dumps(state))
 
     @staticmethod
     def _shown(note) -> str:

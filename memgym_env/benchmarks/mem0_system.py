@@ -25,6 +25,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from membuilder.plumbing.json_files import atomic_write_text
 from memgym_env.benchmarks.answering import memory_block
 from memgym_env.benchmarks.systems import Context, _holds_answer, _message_line, conversation_digest
 from memgym_env.conversation import Conversation, QAItem, Session
@@ -90,9 +91,7 @@ class Mem0System:
         for s in conv.sessions[done:]:
             self._write_session(store, conv.id, s)
             done += 1
-            tmp = state_path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"key": key, "sessions_done": done}), encoding="utf-8")
-            tmp.replace(state_path)
+            atomic_write_text(state_path, json.dumps({"key": key, "sessions_done": done}))
         after = store.costs.to_dict()
         spent = {k: after[k] - before[k] for k in COST_KEYS}
         self._book("build", spent, after["add_wall_s"] - before["add_wall_s"])

@@ -30,6 +30,7 @@ from membuilder.agents.constructor import core_compressor
 from membuilder.llm import load_chat_model
 from membuilder.llm import load_embedder as load
 from membuilder.llm.base import Sampling
+from membuilder.plumbing.json_files import write_json
 from memgym_env.benchmarks.peers import INFERRING_PEERS, PEER_SYSTEMS
 from memgym_env.conversation import Conversation, QAItem
 
@@ -313,12 +314,6 @@ def out_lock(out: Path):
         fh.close()
 
 
-def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
-    tmp.replace(path)
-
-
 def evaluate(cfg: EvalConfig, models: dict[str, Any] | None = None, quiet: bool = False) -> dict[str, Any]:
     """Run (or resume) an evaluation; returns the summary. ``models`` may pass ready objects
     under 'model', 'answerer', 'judge', 'embedder' (the training callback does).
@@ -343,7 +338,7 @@ def _evaluate(cfg: EvalConfig, out: Path, models: dict[str, Any] | None, quiet: 
         skipped = f"; {problems.count} bad records were skipped" if problems.count else ""
         raise ValueError(f"{cfg.data}: no questions to evaluate ({len(convs)} conversations{skipped}"
                          f"{', --limit ' + str(cfg.limit) if cfg.limit is not None else ''})")
-    _write_json(out / "run.json", run)  # the configuration, before the first item: a rerun is checked against it
+    write_json(out / "run.json", run)  # the configuration, before the first item: a rerun is checked against it
     items_path = out / "items.jsonl"
     done = read_items(items_path)
     pending: dict[str, list[QAItem]] = {}
@@ -410,11 +405,11 @@ def _evaluate(cfg: EvalConfig, out: Path, models: dict[str, Any] | None, quiet: 
                                "engines": {k: getattr(m, "engine", None) for k, m in models.items() if k != "embedder"}})
     run.update(versions=_versions(), skipped_records=problems.count, skipped_messages=problems.messages[:50],
                limit=cfg.limit, questions=len(records))
-    _write_json(out / "run.json", run)
+    write_json(out / "run.json", run)
     ident = prompt_identity(cfg.judge_prompt_name())
     run["judge_prompt"] = ident
     meta = {**cfg.fingerprint(), "limit": cfg.limit, "judge_prompt": f"{ident['name']} (sha256 {ident['sha256'][:12]})"}
-    _write_json(out / "results.json", {"run": run, "summary": summary, "items": records})
+    write_json(out / "results.json", {"run": run, "summary": summary, "items": records})
     (out / "report.md").write_text(markdown(summary, meta) + _report_footer(run), encoding="utf-8")
     plot(summary, out / "plot.png")
     if not quiet:

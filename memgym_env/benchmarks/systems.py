@@ -25,6 +25,7 @@ memory-id level, where a session is one memory (PerLTQA's events and dialogues):
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ from membuilder.agents.constructor import MemBuilderPolicy
 from membuilder.llm.base import Sampling
 from membuilder.memory import MemoryBank
 from membuilder.memory.ops import AGENTS
+from membuilder.plumbing.json_files import atomic_write_bytes, atomic_write_text
 from memgym_env.benchmarks.peers import PEER_SYSTEMS
 from memgym_env.conversation import Conversation, QAItem, Session
 
@@ -170,11 +172,10 @@ class Rag:
                 return {"chunks": len(saved["chunks"]), "reused": True}
         chunks = self._chunks(conv)
         vectors = np.asarray(self.embedder.encode([c["text"] for c in chunks]), dtype=np.float32)
-        np.save(folder / "rag_vectors.tmp.npy", vectors)
-        (folder / "rag_vectors.tmp.npy").replace(vec_path)
-        tmp = folder / "rag_chunks.json.tmp"
-        tmp.write_text(json.dumps({"key": key, "chunks": chunks}, ensure_ascii=False), encoding="utf-8")
-        tmp.replace(meta_path)
+        npy = io.BytesIO()
+        np.save(npy, vectors)
+        atomic_write_bytes(vec_path, npy.getvalue())
+        atomic_write_text(meta_path, json.dumps({"key": key, "chunks": chunks}, ensure_ascii=False))
         self._cache[conv.id] = (chunks, vectors)
         return {"chunks": len(chunks), "reused": False}
 
@@ -257,9 +258,7 @@ class MemBuilder:
             self.build_session(bank, s, conv)
             done += 1
             bank.save(bank_path)
-            tmp = state_path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"digest": digest, "sessions_done": done}))
-            tmp.replace(state_path)
+            atomic_write_text(state_path, json.dumps({"digest": digest, "sessions_done": done}))
             if self.progress:
                 self.progress(f"{conv.id}: session {done}/{len(conv.sessions)}")
         self._banks[conv.id] = bank

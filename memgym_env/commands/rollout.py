@@ -10,6 +10,7 @@ from membuilder.agents.constructor import MemBuilderPolicy
 from membuilder.llm import load_chat_model
 from membuilder.llm.registry import TRAINED_POLICY, constructor_spec
 from membuilder.memory.ops import AGENTS
+from membuilder.plumbing.json_files import atomic_write_text
 from memgym_env.construction.env import ConstructionConfig, MemoryGymEnv
 
 HELP = "Run MemoryGym-v0 episodes with the oracle, empty or MemBuilder-prompting policy."
@@ -83,10 +84,7 @@ def run(args: argparse.Namespace) -> int:
                           "valid": mean(float(s["valid"][a]) for s in steps),
                           "length_penalty": mean(s["length_penalty"][a] for s in steps)} for a in AGENTS},
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_name(args.out.name + ".tmp")
-    tmp.write_text(json.dumps({"summary": summary, "steps": steps}, indent=1, default=str))
-    tmp.replace(args.out)
+    atomic_write_text(args.out, json.dumps({"summary": summary, "steps": steps}, indent=1, default=str))
 
     table = Table(title=f"MemoryGym-v0 rollout: {args.policy} ({len(steps)} sessions, mean reward {summary['mean_reward']:.3f}, "
                         f"task {summary['mean_task_reward']:.3f})")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from membuilder.memory import EmbeddingCache, MemoryBank
+from membuilder.plumbing.json_files import loads_guarded, read_json
 from memgym_env.conversation import Conversation, QAItem
 from memgym_env.world import (
     SessionQAConfig,
@@ -100,15 +101,16 @@ def conversation_episodes(path: str | Path, qa_path: str | Path | None = None,
     ``expert_path``: JSON lines, one per session, ``{"conversation": id, "session": id, "outputs": {...}}``.
     """
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+    data = read_json(path)
     records = data if isinstance(data, list) else [data]
     convs = [Conversation.from_dict(r, where=f"{path}: conversation[{i}]") for i, r in enumerate(records)]
     if qa_path is not None:
-        items = json.loads(Path(qa_path).read_text(encoding="utf-8"))
+        items = read_json(qa_path)
+        if not isinstance(items, list):
+            raise ValueError(f"{qa_path}: expected a list of QA items, got {type(items).__name__}")
         for i, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise ValueError(f"{qa_path}: qa[{i}]: expected an object, got {type(item).__name__}")
             try:
                 qa = QAItem(**item)
             except TypeError as exc:
@@ -119,10 +121,15 @@ def conversation_episodes(path: str | Path, qa_path: str | Path | None = None,
             target.qa.append(qa)
     experts: dict[str, dict[str, dict[str, str]]] = {}
     if expert_path is not None:
-        for line in Path(expert_path).read_text(encoding="utf-8").splitlines():
+        for number, line in enumerate(Path(expert_path).read_text(encoding="utf-8").splitlines(), start=1):
             if line.strip():
-                rec = json.loads(line)
-                experts.setdefault(rec["conversation"], {})[rec["session"]] = rec["outputs"]
+                where = f"{expert_path}: line {number}"
+                try:
+                    rec = loads_guarded(line, where)
+                    experts.setdefault(rec["conversation"], {})[rec["session"]] = rec["outputs"]
+                except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                    raise ValueError(f"{where}: not an expert record with 'conversation', 'session' and "
+                                     f"'outputs' ({type(exc).__name__}: {exc})") from exc
     episodes = []
     for c in convs:
         outs = None

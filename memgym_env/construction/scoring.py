@@ -150,7 +150,7 @@ def retrieve_for_questions(forks: Sequence[MemoryBank], questions: Sequence[QAIt
 
 def reward_candidates(applied: Sequence[Mapping[str, Applied]], answers: Sequence[Sequence[dict]] | None,
                       hits_of: Sequence[Sequence[Sequence[Hit]]] | None, expert_output: Mapping[str, str] | None,
-                      *, count_tokens=R.approx_tokens, lam: float = R.LAMBDA, alpha: float = 4.0,
+                      *, count_tokens=R.approx_tokens, lam: float = R.LAMBDA, alpha: float = R.ALPHA,
                       rule: R.LengthRule = R.DEFAULT_LENGTH_RULE) -> list[R.CandidateReward]:
     """Stage 3: r_a and attribution weights per candidate. ``answers`` None = an unrewarded session."""
     expert_text = {a: written_text(parse(a, expert_output[a]).ops) if expert_output and a in expert_output else ""
@@ -187,7 +187,7 @@ def reward_candidates(applied: Sequence[Mapping[str, Applied]], answers: Sequenc
 
 def score_session(snapshot: MemoryBank, session: Session, questions: Sequence[QAItem],
                   candidates: Sequence[Mapping[str, str]], *, mode: str, models: ScoringModels,
-                  expert_output: Mapping[str, str] | None = None, task_rewarded: bool = True, alpha: float = 4.0,
+                  expert_output: Mapping[str, str] | None = None, task_rewarded: bool = True, alpha: float = R.ALPHA,
                   lam: float = R.LAMBDA, answer_k: int = 10) -> list[ScoredCandidate]:
     """All three stages for G candidates of one session."""
     if mode not in ANSWER_MODES:

@@ -4,7 +4,7 @@
 |---|---|
 | `env` | `InteractiveEnv` (`MemoryGym-Interactive-v0`): the simulated user talks, the assistant answers, questions and probes after each period |
 | `runner` | `memgym evaluate`: every user and period of a world into a run folder, resumable |
-| `run_files` | the run folder's layout (`run.json`, `users/<user>/period_<pp>/`) and atomic JSON writes |
+| `run_files` | the run folder's layout (`run.json`, `users/<user>/period_<pp>/`) |
 | `workers` | `--workers N`: the users split over N processes |
 | `checks` | the upper bound, the period's new facts and the factual-recall check |
 | `metrics` | accuracy, random baseline, memory score, write/read/utilization diagnosis, factual recall |

@@ -13,7 +13,7 @@ Shapes: ``[users, periods]`` for per-period scores, NaN where a user has no such
   equal 0.25 would otherwise score any lucky answer as far above the upper bound).
 * uncertainty: ``wilson`` gives a 95% interval of an accuracy from its question count;
   ``score_interval`` a 95% bootstrap interval of the mean memory score over the questions
-  (upper bound and random held fixed).
+  (upper bound and random held fixed); both from ``membuilder.plumbing.stats``.
 * diagnosis: each wrong answer gets exactly one label (``failure_label``), so over the same
   questions write + read + utilization = 1 - accuracy.
 * factual recall: share of a period's new state facts that the memory supports.
@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from membuilder.agents.choice import states_verbatim  # noqa: F401  (the verbatim test, shared with probes)
+from membuilder.plumbing.stats import grouped_bootstrap_ci, wilson  # noqa: F401  (wilson: the results' accuracy interval)
 
 LABELS = ("success", "write", "read", "utilization")
 FAILURES = LABELS[1:]
@@ -73,34 +74,16 @@ def memory_score(acc: np.ndarray, upper: np.ndarray, rand: np.ndarray, min_headr
     return out
 
 
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float] | None:
-    """95% Wilson interval of a share ``k`` of ``n`` (None when n = 0)."""
-    if n <= 0:
-        return None
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return float(max(0.0, centre - half)), float(min(1.0, centre + half))
-
-
 def score_interval(correct: Sequence[Sequence[Sequence[bool]]], upper: np.ndarray, rand: np.ndarray,
                    draws: int = 2000, seed: int = 0) -> tuple[float, float] | None:
     """95% percentile-bootstrap interval of the mean memory score: each cell's questions are
     resampled with replacement, its upper bound and random baseline held fixed. None when no cell
     has a defined score."""
-    rng = np.random.default_rng(seed)
     score = memory_score(accuracy(correct), upper, rand)
-    cells = [(np.asarray(qs, dtype=float), float(rand[u, p]), float(upper[u, p] - rand[u, p]))
-             for u, per_user in enumerate(correct) for p, qs in enumerate(per_user)
+    cells = [(u, p) for u, per_user in enumerate(correct) for p, qs in enumerate(per_user)
              if len(qs) and not np.isnan(score[u, p])]
-    if not cells:
-        return None
-    means = np.zeros(draws)
-    for qs, r, denom in cells:
-        means += (rng.choice(qs, size=(draws, len(qs))).mean(axis=1) - r) / denom
-    means /= len(cells)
-    lo, hi = np.percentile(means, [2.5, 97.5])
-    return float(lo), float(hi)
+    return grouped_bootstrap_ci([correct[u][p] for u, p in cells], [float(rand[u, p]) for u, p in cells],
+                                [float(upper[u, p] - rand[u, p]) for u, p in cells], draws=draws, seed=seed)
 
 
 def nanmean(x: Any) -> float:

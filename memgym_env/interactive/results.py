@@ -9,8 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from membuilder.plumbing.json_files import write_json
 from memgym_env.interactive import metrics
-from memgym_env.interactive.run_files import period_dir, write_json
+from memgym_env.interactive.run_files import period_dir
 from memgym_env.interactive.simulator import reads_replies
 from memgym_env.world.types import World, WorldUser
 

@@ -25,6 +25,7 @@ from membuilder.agents.membuilder_assistant import WRITE_PROMPT_TOKENS
 from membuilder.llm import load_chat_model
 from membuilder.llm.embedders import load_embedder
 from membuilder.llm.registry import TRAINED_POLICY, constructor_spec
+from membuilder.plumbing.json_files import write_json
 from memgym_env.interactive import evolution
 from memgym_env.interactive.checks import (
     evidence_overlap_flags,
@@ -36,7 +37,7 @@ from memgym_env.interactive.checks import (
 )
 from memgym_env.interactive.env import MESSAGE, InteractiveEnv
 from memgym_env.interactive.results import collect_results, write_report
-from memgym_env.interactive.run_files import RUN_FILE, finished_periods, period_dir, write_json
+from memgym_env.interactive.run_files import RUN_FILE, finished_periods, period_dir
 from memgym_env.interactive.simulator import ReplaySimulator, make_simulator
 from memgym_env.world.types import World, WorldUser
 

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from membuilder.plumbing.json_files import JSONLimitError, load_json_file
+from membuilder.plumbing.json_files import JSONLimitError, atomic_write_text, load_json_file
 from memgym_env.world.types import (
     AnswerChoice,
     Period,
@@ -296,8 +296,4 @@ def dumps_world(world: World) -> str:
 
 def write_world(world: World, path: str | Path) -> None:
     """Write atomically: a crash mid-write leaves the old file in place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(dumps_world(world), encoding="utf-8")
-    tmp.replace(path)
+    atomic_write_text(path, dumps_world(world))

@@ -28,6 +28,7 @@ from typing import Any
 
 from membuilder.llm.base import ChatModel, Sampling
 from membuilder.memory.ops import strip_think
+from membuilder.plumbing.json_files import write_json
 from memgym_env.world import llm_prompts as P
 from memgym_env.world.catalog import Catalog, load_catalog
 from memgym_env.world.config import WorldConfig
@@ -309,8 +310,6 @@ class LLMWorldGenerator:
             users.append(user)
             self.report.users_done += 1
             if path is not None:
-                tmp = path.with_name(path.name + ".tmp")
-                tmp.write_text(json.dumps(user_to_dict(user), ensure_ascii=False, indent=1), encoding="utf-8")
-                tmp.replace(path)
+                write_json(path, user_to_dict(user))
                 (self.work_dir / "report.json").write_text(json.dumps(self.report.to_dict(), indent=1), encoding="utf-8")
         return World(users), self.report

@@ -17,7 +17,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from train.ladder.report import _ci, _name, paired_difference, reads
+from membuilder.plumbing.stats import against_zero
+from train.ladder.report import _ci, _name, paired_difference
 
 
 def load(paths: list[Path]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -52,7 +53,7 @@ def _paired(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | None:
     d = paired_difference(a, b)
     if d is None:
         return None
-    return {**d, "reads": reads(d["ci"])}
+    return {**d, "reads": against_zero(d["ci"])}
 
 
 def compare(sft: dict[str, Any], rl: list[dict[str, Any]]) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from memgym_env.interactive.run_files import write_json
+from membuilder.plumbing.json_files import write_json
 
 
 class CurveCallback(TrainerCallback):

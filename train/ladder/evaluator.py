@@ -7,11 +7,11 @@ from __future__ import annotations
 import gc
 import json
 import math
-import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from membuilder.plumbing.json_files import atomic_write_text
 from membuilder.plumbing.stats import bootstrap_ci
 from membuilder.training.policy_eval import evaluate_policy
 from memgym_env.construction.scoring import SessionScorer
@@ -189,8 +189,5 @@ def cached_json(path: Path, make, valid=None):
         if valid is None or valid(value):
             return value
     value = make()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(value, indent=1), encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(value, indent=1))
     return value

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from memgym_env.interactive.run_files import write_json
+from membuilder.plumbing.json_files import write_json
 from train.ladder.policy_actions import plot_actions, rollout_actions, rollout_line
 from train.ladder.rl_signal import ROLLOUT_GLOB, rl_signal, signal_line
 

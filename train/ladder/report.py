@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from membuilder.memory.ops import AGENTS
-from membuilder.plumbing.stats import bootstrap_ci, separated
-from memgym_env.interactive.run_files import write_json
+from membuilder.plumbing import stats
+from membuilder.plumbing.json_files import atomic_write_text, write_json
+from membuilder.plumbing.stats import against_zero, bootstrap_ci, separated
 from train.ladder.policy_actions import EDIT_NAMES, held_out_line, plot_actions, rollout_line
 from train.ladder.rl_signal import paired_line, signal_line
 
@@ -124,26 +125,17 @@ def seed_mean_verdicts(rows: list[dict[str, Any]], sft: dict[str, Any] | None) -
 def paired_difference(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | None:
     """Mean of ``b - a`` over the held-out sessions both rows were scored on, with a 95% bootstrap
     interval that resamples sessions (pairing removes the between-session spread both stages share)."""
-    ra, rb = a.get("session_reward_evidence") or {}, b.get("session_reward_evidence") or {}
-    keys = sorted(ra.keys() & rb.keys())
-    if not keys:
-        return None
-    diffs = [rb[k] - ra[k] for k in keys]
-    return {"mean": round(sum(diffs) / len(diffs), 4), "ci": bootstrap_ci(diffs), "sessions": len(keys)}
+    d = stats.paired_difference(a.get("session_reward_evidence") or {}, b.get("session_reward_evidence") or {})
+    return None if d is None else {"mean": d["mean"], "ci": d["ci"], "sessions": d["n"]}
 
 
 def _paired_note(a: dict[str, Any], b: dict[str, Any]) -> str:
     d = paired_difference(a, b)
     if d is None:
         return ""
-    word = reads(d["ci"])
+    word = against_zero(d["ci"])
     return (f"; paired over the same {d['sessions']} sessions: {d['mean']:+.3f} {_ci(d['ci'])} "
             f"({'zero inside the interval' if word == 'zero inside' else word})")
-
-
-def reads(ci) -> str:
-    """Where a difference's interval stands against zero."""
-    return "above" if ci[0] > 0 else "below" if ci[1] < 0 else "zero inside"
 
 
 def plot(rows: list[dict[str, Any]], path: Path, model: str = "") -> None:
@@ -349,9 +341,7 @@ def write_results(a, rows: list[dict[str, Any]], seconds: float, argv: list[str]
     paths = {"json": out / "ladder.json", "md": out / "ladder.md", "png": out / "ladder.png",
              "curves": out / "ladder_curves.png", "actions": out / "ladder_actions.png",
              "progress": out / "ladder_progress.json"}
-    tmp = paths["json"].with_suffix(".tmp")
-    tmp.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, paths["json"])
+    atomic_write_text(paths["json"], json.dumps(rows, indent=1) + "\n")
     if progress:
         write_json(paths["progress"], list(progress))
     else:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from membuilder.memory.ops import AGENTS
-from membuilder.plumbing.stats import bootstrap_ci
+from membuilder.plumbing.stats import against_zero, bootstrap_ci, paired_difference
 
 ROLLOUT_GLOB = "rollouts.*.jsonl"
 
@@ -130,19 +130,17 @@ def paired_train_difference(folder_a: Path, folder_b: Path, until: int | None = 
     steps = sorted(s for s in ra.keys() & rb.keys() if sa[s] == sb[s])
     if not steps:
         return None
-    diffs = [rb[s] - ra[s] for s in steps]
-    last = diffs[-max(1, len(diffs) // 4):]
-    return {"steps": len(steps), "mean": round(sum(diffs) / len(diffs), 4), "ci": bootstrap_ci(diffs),
-            "last_steps": len(last), "last_mean": round(sum(last) / len(last), 4), "last_ci": bootstrap_ci(last),
+    every, last = paired_difference(ra, rb, steps), paired_difference(ra, rb, steps[-max(1, len(steps) // 4):])
+    return {"steps": every["n"], "mean": every["mean"], "ci": every["ci"],
+            "last_steps": last["n"], "last_mean": last["mean"], "last_ci": last["ci"],
             # keyed by the update a step's rollouts made (1-based), as the curves are
-            "per_step": [{"step": s + 1, "difference": round(d, 4)} for s, d in zip(steps, diffs, strict=True)]}
+            "per_step": [{"step": s + 1, "difference": round(rb[s] - ra[s], 4)} for s in steps]}
 
 
 def paired_line(name_b: str, name_a: str, d: dict[str, Any]) -> str:
     """One readable line of ``paired_train_difference``'s result."""
     def part(mean, ci):
-        word = "above" if ci[0] > 0 else "below" if ci[1] < 0 else "zero inside"
-        return f"{mean:+.3f} [{ci[0]:.3f}, {ci[1]:.3f}] ({word})"
+        return f"{mean:+.3f} [{ci[0]:.3f}, {ci[1]:.3f}] ({against_zero(ci)})"
     return (f"{name_b} - {name_a}, train reward paired by step (the same sessions): {part(d['mean'], d['ci'])} over "
             f"{d['steps']} steps; over the last {d['last_steps']}: {part(d['last_mean'], d['last_ci'])}")
 

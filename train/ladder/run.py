@@ -35,6 +35,8 @@ from typing import Any
 
 import yaml
 
+from membuilder.plumbing.json_files import atomic_dir, atomic_write_bytes, write_json
+from membuilder.reward import ALPHA
 from membuilder.training.checkpoints import save_policy
 from memgym_env.construction.config import ConstructionConfig
 from train import adrpo, sft
@@ -94,7 +96,7 @@ class LadderArgs:
     rl_generations: int = field(default=8, metadata={"help": "G, completions per agent prompt."})
     rl_temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of the rollouts."})
     rl_learning_rate: float = field(default=1e-4, metadata={"help": "ADRPO/GRPO learning rate (LoRA)."})
-    adrpo_alpha: float = field(default=4.0, metadata={"help": "alpha of the ADRPO stage (GRPO is alpha 1)."})
+    adrpo_alpha: float = field(default=ALPHA, metadata={"help": "alpha of the ADRPO stage (GRPO is alpha 1)."})
     rl_stages: list[str] = field(default_factory=lambda: ["adrpo", "grpo"], metadata={
         "help": "RL stages each seed runs: 'adrpo' (alpha adrpo_alpha) and/or 'grpo' (alpha 1)."})
     sft_from: str | None = field(default=None, metadata={
@@ -347,14 +349,12 @@ def export_adapter(a: LadderArgs, stage: str, adapter: str, scores: dict[str, An
     if not a.adapter_out:
         return None
     import torch
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load_file, save
 
     out = Path(a.adapter_out)
     out.mkdir(parents=True, exist_ok=True)
     weights = {k: v.to(torch.bfloat16).contiguous() for k, v in load_file(Path(adapter) / "adapter_model.safetensors").items()}
-    tmp = out / "adapter_model.safetensors.tmp"
-    save_file(weights, str(tmp), metadata={"format": "pt"})
-    os.replace(tmp, out / "adapter_model.safetensors")
+    atomic_write_bytes(out / "adapter_model.safetensors", save(weights, metadata={"format": "pt"}))
     config = json.loads((Path(adapter) / "adapter_config.json").read_text(encoding="utf-8"))
     config["base_model_name_or_path"] = a.model_name_or_path  # a short name: resolved on the user's machine
     (out / "adapter_config.json").write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
@@ -437,17 +437,13 @@ def take_sft(a: LadderArgs, work: Path) -> None:
             shutil.copy2(path, work / "eval" / path.name)
     if (src / "memory_score_world.json").exists() and not (work / "memory_score_world.json").exists():
         shutil.copy2(src / "memory_score_world.json", work / "memory_score_world.json")
-    partial = work / "sft.partial"  # a copy cut short is never taken for a finished stage
-    shutil.rmtree(partial, ignore_errors=True)
-    shutil.copytree(src / "sft", partial, ignore=shutil.ignore_patterns("checkpoint-*"))
-    os.replace(partial, work / "sft")
+    with atomic_dir(work / "sft") as partial:  # a copy cut short is never taken for a finished stage
+        shutil.copytree(src / "sft", partial, ignore=shutil.ignore_patterns("checkpoint-*"), dirs_exist_ok=True)
 
 
 def check_work_dir(a: LadderArgs, work: Path) -> None:
     """A work folder resumes only under the settings that made it: its cached evaluations and trained
     stages are keyed by stage name alone, so other settings would mix stale results into the report."""
-    from memgym_env.interactive.run_files import write_json
-
     path = work / "settings.json"
     now = work_settings(a)
     if path.exists():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from memgym_env.interactive.run_files import write_json
+from membuilder.plumbing.json_files import write_json
 
 CLOCK = "clock.json"
 
