@@ -22,6 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from membuilder.training.adrpo import ADRPOConfig, ADRPOTrainer
 from membuilder.training.format_scorer import FormatScorer
 from membuilder.training.prompts import rl_rows, token_counter
 from memgym_env.construction.scoring import SessionScorer
@@ -94,7 +95,6 @@ def build(argv=None):
     from transformers import set_seed
     from trl import ModelConfig, TrlParser
 
-    from membuilder.training.adrpo import ADRPOConfig, ADRPOTrainer
     script, args, model_args = TrlParser((ADRPOScriptArgs, ADRPOConfig, ModelConfig)).parse_args_and_config(argv)
     require_vllm(args.use_vllm, args.vllm_mode)
     set_seed(args.seed)

@@ -7,6 +7,7 @@ This is the only training code that imports ``memgym_env``; the reusable pieces 
 from __future__ import annotations
 
 import importlib.util
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import yaml
 
 from membuilder.agents.constructor import build_observation
 from membuilder.llm.embedders import load_embedder
+from membuilder.llm.loading import load_causal_lm
 from membuilder.llm.registry import resolve_chat_path
 from membuilder.llm.transformers_backend import cpu_bf16_is_fast
 from membuilder.memory import EmbeddingCache
@@ -24,6 +26,7 @@ from membuilder.training.trajectories import write_jsonl
 from memgym_env.benchmarks.runner import EvalConfig
 from memgym_env.construction.config import ConstructionConfig
 from memgym_env.construction.episodes import Episode, expert_snapshots, load_episodes
+from train.benchmark_callback import BenchmarkEvalCallback
 
 
 @dataclass
@@ -88,9 +91,6 @@ def add_benchmark_eval(trainer, script: BenchmarkEvalArgs):
     """Attach the benchmark callback to ``trainer`` when ``script.benchmark_eval`` is set; returns it (or None)."""
     if not script.benchmark_eval:
         return None
-    # The callback subclasses transformers' TrainerCallback: imported only when it is used.
-    from train.benchmark_callback import BenchmarkEvalCallback
-
     fields = {"out": str(Path(trainer.args.output_dir) / "benchmark_eval"), **script.benchmark_eval}
     try:
         config = EvalConfig(**fields)
@@ -194,8 +194,6 @@ def full_checkpoint(path: str) -> str:
     adapter = Path(path) / "adapter_config.json"
     if not adapter.is_file():
         return path
-    import json
-
     return resolve_chat_path(json.loads(adapter.read_text(encoding="utf-8"))["base_model_name_or_path"])
 
 
@@ -203,8 +201,6 @@ def load_policy(model_name_or_path: str, dtype: str | None = None, frozen_base: 
     """Model and tokenizer from a short name (``smollm2-135m``), a local folder or a hub id.
     ``frozen_base``: only adapters will train (LoRA), which lets ``dtype: auto`` pick bfloat16."""
     from transformers import AutoTokenizer
-
-    from membuilder.llm.loading import load_causal_lm
 
     path = resolve_chat_path(model_name_or_path)
     adapter = Path(path) / "adapter_config.json"

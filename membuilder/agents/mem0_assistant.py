@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from membuilder.agents.assistant import ChatAssistant, Message, fit_newest
+from membuilder.agents.mem0_store import Mem0Store
+from membuilder.agents.peer_endpoint import model_endpoint
 
 ROLE_NAMES = {"user": "User", "assistant": "Assistant"}
 
@@ -49,8 +51,6 @@ class Mem0Assistant(ChatAssistant):
         return self.user_id or "user"
 
     def _reset_memory(self) -> None:
-        from membuilder.agents.mem0_store import Mem0Store
-
         self._drop_store()
         self._folder = tempfile.mkdtemp(prefix="memgym-mem0-")
         self.store = Mem0Store(self._folder, self.embedder_path, self.dim, self._write_endpoint())
@@ -60,8 +60,6 @@ class Mem0Assistant(ChatAssistant):
         if not self.infer:
             return None
         if self._endpoint is None:
-            from membuilder.agents.peer_endpoint import model_endpoint
-
             self._endpoint, self._server = model_endpoint(self.model, self.write_tokens, self.context_length)
         return self._endpoint
 

@@ -18,6 +18,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from membuilder.llm.base import UsageLedger
+from membuilder.llm.loading import loading_guard
 from membuilder.llm.openai_backend import ModelCallError, OpenAIHTTP
 from membuilder.llm.registry import parse_spec
 
@@ -61,8 +62,6 @@ class SentenceTransformerEmbedder:
     def __init__(self, spec: str = "minilm", device: str | None = None, batch_size: int = 64):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer  # heavy: imported on first use
-
-        from membuilder.llm.loading import loading_guard
 
         self.name = spec
         self.path = resolve_embedder_path(spec)

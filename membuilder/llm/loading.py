@@ -12,7 +12,9 @@ fails with "Cannot copy out of meta tensor" - in our code and in TRL's reference
 
 So loads here hold one lock, the genuine ``tie_weights`` is put back if a racing load elsewhere
 left the stand-in in place, and a loaded model is checked: an output layer still without data is
-tied again; any other gap is an error naming the checkpoint and the weights.
+tied again; any other gap is an error naming the checkpoint and the weights. The genuine
+``tie_weights`` is remembered by the first load through this module, before it builds; importing the
+module imports nothing heavy, so the modules that load models can import it at their top.
 """
 
 from __future__ import annotations
@@ -92,6 +94,3 @@ def load_causal_lm(path: str, **kwargs: Any) -> Any:
 
     with loading_guard():
         return ensure_loaded(AutoModelForCausalLM.from_pretrained(str(path), **kwargs), str(path))
-
-
-_genuine_tie_weights()  # remembered at import, before any load in this process can race

@@ -40,6 +40,11 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from membuilder.llm.checkpoints import smollm2_checkpoint, trained_policy_checkpoint
+from membuilder.llm.openai_backend import OpenAIChatModel
+from membuilder.llm.transformers_backend import TransformersChatModel
+from membuilder.llm.vllm_backend import VLLMChatModel, vllm_available
+
 # Short names of SmolLM2-135M-Instruct as released, and of the trained MemBuilder policies shipped
 # with the package (a LoRA adapter in membuilder/policies/<name>/ over that base).
 SMOLLM2_NAMES = ("smollm2-135m", "smollm2", "smollm2-135m-instruct")
@@ -107,8 +112,6 @@ def default_backend(model: str) -> str:
         raise ValueError(f"$MEMGYM_ENGINE is {engine!r}; use one of {ENGINES}")
     if engine != "auto":
         return engine
-    from membuilder.llm.vllm_backend import vllm_available
-
     return "vllm" if vllm_available() else "transformers"
 
 
@@ -141,12 +144,8 @@ def _parse_string(spec: str) -> ModelSpec:
 def resolve_chat_path(model: str) -> str:
     """A short name becomes its local checkpoint folder (built on first use); anything else passes through."""
     if model.lower() in TRAINED_POLICIES:
-        from membuilder.llm.checkpoints import trained_policy_checkpoint
-
         return str(trained_policy_checkpoint(model.lower()))
     if model.lower() in CHAT_SHORT_NAMES:
-        from membuilder.llm.checkpoints import smollm2_checkpoint
-
         return str(smollm2_checkpoint())
     return model
 
@@ -177,14 +176,10 @@ def load_chat_model(spec: str | dict | ModelSpec = "smollm2-135m", **kwargs):
     options = dict(s.options)
     if s.backend == "transformers":
         _reject(s, ("base_url", "api_key_env", "max_concurrency"))
-        from membuilder.llm.transformers_backend import TransformersChatModel
-
         options.setdefault("name", s.model)
         return TransformersChatModel(resolve_chat_path(s.model), device=s.device, dtype=s.dtype, **options)
     if s.backend == "openai":
         _reject(s, ("device", "dtype"))
-        from membuilder.llm.openai_backend import OpenAIChatModel
-
         base_url = s.base_url or os.environ.get("OPENAI_BASE_URL")
         if not base_url:
             raise ValueError(f"openai model '{s.model}' needs a base_url (spec 'openai:<model>@<url>', "
@@ -193,8 +188,6 @@ def load_chat_model(spec: str | dict | ModelSpec = "smollm2-135m", **kwargs):
             options["max_concurrency"] = s.max_concurrency
         return OpenAIChatModel(s.model, base_url, api_key_env=s.api_key_env, **options)
     _reject(s, ("base_url", "api_key_env"))
-    from membuilder.llm.vllm_backend import VLLMChatModel
-
     for key in TRANSFORMERS_ONLY_OPTIONS:
         options.pop(key, None)
     options.setdefault("name", s.model)

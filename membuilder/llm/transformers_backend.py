@@ -22,6 +22,7 @@ compare runs that batch alike, or pin ``dtype="float32"``. Sampling with a
 
 from __future__ import annotations
 
+import inspect
 import os
 import threading
 import time
@@ -36,6 +37,7 @@ from membuilder.llm.base import (
     check_conversations,
     check_sampling,
 )
+from membuilder.llm.loading import load_causal_lm
 
 # Below this many shared leading tokens, running a prefix apart costs more than it saves.
 MIN_SHARED_PREFIX = 48
@@ -43,8 +45,6 @@ MIN_SHARED_PREFIX = 48
 
 def _cache_arg(module) -> str:
     """The keyword a forward pass takes its KV cache by: ``cache`` in newer transformers."""
-    import inspect
-
     return "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
 
 
@@ -137,8 +137,6 @@ class TransformersChatModel:
         if threads > 0:
             torch.set_num_threads(threads)
         from transformers import AutoTokenizer
-
-        from membuilder.llm.loading import load_causal_lm
 
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")

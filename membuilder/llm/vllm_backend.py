@@ -19,6 +19,7 @@ entry point with ``if __name__ == "__main__":``.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import time
 from typing import Any
@@ -62,8 +63,6 @@ def _build_engine(vllm, kwargs: dict[str, Any], in_process: bool):
 
 def vllm_available() -> bool:
     """Whether this interpreter can build the vllm backend (``.venv-vllm`` on a CPU, or a GPU install)."""
-    import importlib.util
-
     return importlib.util.find_spec("vllm") is not None
 
 

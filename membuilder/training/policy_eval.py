@@ -12,6 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from membuilder.llm.base import Sampling
 from membuilder.memory.ops import AGENTS, parse
 from membuilder.reward import CandidateScorer
 from membuilder.training.prompts import fit_prompt, token_counter
@@ -60,8 +61,6 @@ def generate_greedy_chat(chat, prompts: Sequence[list[dict[str, str]]], max_new_
     schedules all prompts itself (continuous batching), the transformers backend in its own batches.
 
     ``cut`` receives per prompt whether its output stopped at ``max_new_tokens``."""
-    from membuilder.llm.base import Sampling
-
     replies = chat.generate(list(prompts), Sampling(temperature=0.0, max_new_tokens=max_new_tokens))
     if progress:
         progress(len(replies))

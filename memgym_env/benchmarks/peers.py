@@ -1,7 +1,7 @@
 """Published memory systems as ``memgym eval`` systems (``mem0``, ``mem0-infer``, ``a-mem``).
 
-Each adapter is imported only when its system is asked for, so ``memgym eval`` works without
-the optional ``memgym[peers]`` packages installed.
+Each adapter loads its package (mem0, agentic_memory) only when its system is asked for, so
+``memgym eval`` works without the optional ``memgym[peers]`` packages installed.
 """
 
 PEER_SYSTEMS = ("mem0", "mem0-infer", "a-mem")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -56,8 +57,6 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise ValueError("--workers must be at least 1")
     os.environ["MEMGYM_TORCH_THREADS"] = str(args.threads)
-    import shutil
-
     from rich.console import Console
     from rich.table import Table
 

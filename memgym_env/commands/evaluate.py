@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+from pathlib import Path
 
 from membuilder.agents.assistants import ASSISTANTS
 from memgym_env.interactive.results import compare
@@ -48,8 +49,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     names = [n.strip() for n in args.assistant.split(",") if n.strip()]
     unknown = [n for n in names if n not in ASSISTANTS]
     if unknown or not names:

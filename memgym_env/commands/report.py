@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from memgym_env.interactive.results import compare
 
@@ -20,7 +21,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     print(compare(args.runs, plots=Path(args.plots) if args.plots else None))
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
 from membuilder.llm import load_chat_model
 from memgym_env.world.config import load_config, parse_set_args
@@ -59,8 +60,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _generate(args) -> int:
-    import time
-
     overrides = parse_set_args(args.set)
     if args.seed is not None:
         overrides["seed"] = args.seed

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -52,8 +53,6 @@ def session_outputs(sample: dict, n: int) -> list[dict]:
 
 
 def run_tour(args: argparse.Namespace) -> int:
-    import sys
-
     from rich.console import Console
     from rich.table import Table
 

@@ -14,6 +14,7 @@ core poorly, and one process per core with one thread each keeps both busy (meas
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import queue
 import time
@@ -86,8 +87,6 @@ def evaluate_parallel(cfgs: list[RunConfig], workers: int, threads: int | None =
     processes; returns each run's results, in order. ``threads``: torch threads per worker
     (default: the machine's cores shared out). ``on_period`` gets each finished period
     (assistant, user, period, worker, the worker's model calls) instead of the progress bar."""
-    import multiprocessing
-
     from tqdm.auto import tqdm
 
     if workers < 1:

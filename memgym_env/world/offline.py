@@ -12,6 +12,7 @@ Faker is re-seeded per user.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 from datetime import date
@@ -195,8 +196,6 @@ def generate_world(cfg: WorldConfig | None = None, seed: int | None = None, num_
 
     cfg = cfg or WorldConfig()
     if seed is not None or num_users is not None:
-        import dataclasses
-
         cfg = dataclasses.replace(cfg, seed=cfg.seed if seed is None else seed,
                                   num_users=cfg.num_users if num_users is None else num_users)
     cfg.check()
