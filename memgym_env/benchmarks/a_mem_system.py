@@ -34,7 +34,7 @@ from typing import Any
 from membuilder.agents.mem0_store import LoggedFailures
 from membuilder.plumbing.json_files import atomic_write_text
 from memgym_env.benchmarks.answering import memory_block
-from memgym_env.benchmarks.systems import Context, _holds_answer, _message_line, conversation_digest
+from memgym_env.benchmarks.systems import Context, conversation_digest, holds_answer, message_line
 from memgym_env.conversation import Conversation, QAItem
 
 INSTALL_HINT = "A-Mem is an optional peer: pip install 'memgym[peers]' (or: pip install a-mem)"
@@ -108,7 +108,7 @@ class AMemSystem:
                 del state["notes"][nid]
         reused, counts = done, {"notes": 0, "failed_analyses": 0, "failed_evolutions": 0, "a_mem_wall_s": 0.0}
         for s in conv.sessions[done:]:
-            lines = [_message_line(m) for m in s.messages if m.content.strip()]
+            lines = [message_line(m) for m in s.messages if m.content.strip()]
             for i in range(0, len(lines), self.window):
                 nid = self._add("\n".join(lines[i:i + self.window]), s.time, counts)
                 state["notes"][nid] = s.id
@@ -163,7 +163,7 @@ class AMemSystem:
             written = read = None
             if ev_sessions:
                 carriers = {nid for nid, sid in self._notes.items() if sid in ev_sessions
-                            and (n := self._mem.read(nid)) is not None and _holds_answer(n.content, item.answer)}
+                            and (n := self._mem.read(nid)) is not None and holds_answer(n.content, item.answer)}
                 written, read = bool(carriers), any(h in carriers for h, _ in kept)
             out.append(Context(memory_block(None, [self._shown(n) for _, n in kept]),
                                [turns_of.get(self._notes.get(h), []) for h, _ in kept], [h for h, _ in kept],

@@ -25,9 +25,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from membuilder.agents.mem0_store import Mem0Store
 from membuilder.plumbing.json_files import atomic_write_text
 from memgym_env.benchmarks.answering import memory_block
-from memgym_env.benchmarks.systems import Context, _holds_answer, _message_line, conversation_digest
+from memgym_env.benchmarks.systems import Context, conversation_digest, holds_answer, message_line
 from memgym_env.conversation import Conversation, QAItem, Session
 
 COST_KEYS = ("llm_calls", "prompt_tokens", "completion_tokens", "embed_calls", "embedded_texts",
@@ -62,8 +63,6 @@ class Mem0System:
 
     # ---- building ------------------------------------------------------------------------
     def _open(self, conv_id: str, folder: Path):
-        from membuilder.agents.mem0_store import Mem0Store
-
         if self._store is not None:
             self._store.close()
         self._store = Mem0Store(folder, self.embedder_path, self.dim, self.endpoint if self.infer else None)
@@ -105,11 +104,11 @@ class Mem0System:
         if not self.infer:
             for m in s.messages:
                 if m.content.strip():
-                    store.add([{"role": m.role, "content": _message_line(m)}], user, infer=False,
+                    store.add([{"role": m.role, "content": message_line(m)}], user, infer=False,
                               metadata={**meta, "turn": m.meta.get("id") or ""})
             return
         for part in windows(s, self.window):
-            msgs = [{"role": m.role, "content": _message_line(m)} for m in part if m.content.strip()]
+            msgs = [{"role": m.role, "content": message_line(m)} for m in part if m.content.strip()]
             if msgs:
                 store.add(msgs, user, infer=True, metadata=meta)
 
@@ -147,7 +146,7 @@ class Mem0System:
             written = read = None
             if ev_sessions:
                 carriers = {r["id"] for r in rows if (r.get("metadata") or {}).get("session") in ev_sessions
-                            and _holds_answer(r.get("memory", ""), item.answer)}
+                            and holds_answer(r.get("memory", ""), item.answer)}
                 written, read = bool(carriers), any(h["id"] in carriers for h in hits)
             out.append(Context(block, sources, [h["id"] for h in hits], written, read,
                                recall_level="session" if ev_sessions else None))

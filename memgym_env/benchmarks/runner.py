@@ -12,6 +12,7 @@ lock keeps a second run out of a folder in use. At the end: ``results.json`` (ru
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -31,6 +32,7 @@ from membuilder.llm import load_chat_model
 from membuilder.llm import load_embedder as load
 from membuilder.llm.base import Sampling
 from membuilder.plumbing.json_files import write_json
+from memgym_env.benchmarks.peer_factory import make_peer
 from memgym_env.benchmarks.peers import INFERRING_PEERS, PEER_SYSTEMS
 from memgym_env.conversation import Conversation, QAItem
 
@@ -191,8 +193,6 @@ def make_system(cfg: EvalConfig, models: dict[str, Any]):
         return MemBuilder(membuilder_session_builder(models["model"], cfg.construct_max_tokens), models["embedder"],
                           k=cfg.answer_k, compressor=core_compressor(models["model"]))
     if cfg.system in PEER_SYSTEMS:
-        from memgym_env.benchmarks.peer_factory import make_peer
-
         return make_peer(cfg, models)
     raise ValueError(f"unknown system {cfg.system!r}; expected one of {', '.join(SYSTEMS)}")
 
@@ -290,8 +290,6 @@ def read_items(path: Path) -> dict[str, dict[str, Any]]:
 def out_lock(out: Path):
     """Hold ``<out>/.memgym-eval.lock`` for the run: a second run on the same folder is refused
     with who holds it (the lock is the kernel's: it ends with the process, even a killed one)."""
-    import fcntl
-
     fh = (out / LOCK_NAME).open("a+", encoding="utf-8")
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)

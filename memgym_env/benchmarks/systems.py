@@ -78,7 +78,7 @@ def _session_header(s: Session) -> str:
     return f"[{s.id}, {s.time}]" if s.time else f"[{s.id}]"
 
 
-def _message_line(m) -> str:
+def message_line(m) -> str:
     return f"{m.speaker or m.role}: {m.content}"
 
 
@@ -101,7 +101,7 @@ class FullContext:
     def _history(self, conv: Conversation) -> tuple[str, set[str]]:
         blocks, ids, used = [], set(), 0
         for s in reversed(conv.sessions):
-            text = _session_header(s) + "\n" + "\n".join(_message_line(m) for m in s.messages)
+            text = _session_header(s) + "\n" + "\n".join(message_line(m) for m in s.messages)
             cost = self.count_tokens(text)
             if blocks and used + cost > self.max_tokens:
                 break
@@ -134,7 +134,7 @@ class OracleEvidence:
                 if not chosen and s.id in item.meta.get("answer_session_ids", ()) and not wanted:
                     chosen = s.messages  # LongMemEval abstention: no marked turn, show the evidence sessions
                 if chosen:
-                    lines.append(_session_header(s) + "\n" + "\n".join(_message_line(m) for m in chosen))
+                    lines.append(_session_header(s) + "\n" + "\n".join(message_line(m) for m in chosen))
                     ids.update(m.meta.get("id") for m in chosen)
             memory = "Relevant conversation excerpts:\n" + ("\n\n".join(lines) or "(none)")
             has = True if item.evidence else None
@@ -157,7 +157,7 @@ class Rag:
             for start in range(0, len(s.messages), self.window):
                 part = s.messages[start:start + self.window]
                 chunks.append({"id": f"{s.id}#{start}", "session": s.id,
-                               "text": _session_header(s) + " " + " / ".join(_message_line(m) for m in part),
+                               "text": _session_header(s) + " " + " / ".join(message_line(m) for m in part),
                                "sources": [m.meta.get("id") for m in part if m.meta.get("id")]})
         return chunks
 
@@ -227,7 +227,7 @@ def membuilder_session_builder(model, max_new_tokens: int = 384, view_k: int = 2
     return build
 
 
-def _holds_answer(text: str, gold: str | None) -> bool:
+def holds_answer(text: str, gold: str | None) -> bool:
     gold_tokens = set(answer_tokens(gold or ""))
     return bool(gold_tokens) and len(gold_tokens & set(answer_tokens(text))) >= 0.5 * len(gold_tokens)
 
@@ -276,8 +276,8 @@ class MemBuilder:
             ev_sessions = {session_of[e] for e in item.evidence if e in session_of}
             written = read = None
             if ev_sessions:
-                carriers = {e.id for e in entries if e.session in ev_sessions and _holds_answer(e.text, item.answer)}
-                in_core = _holds_answer(bank.core.text, item.answer)
+                carriers = {e.id for e in entries if e.session in ev_sessions and holds_answer(e.text, item.answer)}
+                in_core = holds_answer(bank.core.text, item.answer)
                 written = in_core or bool(carriers)
                 read = in_core or any(h.entry.id in carriers for h in hits)
             exact = bool(ev_sessions) and all(len(turns_of.get(sid, [])) == 1 for sid in ev_sessions)
