@@ -85,8 +85,8 @@ acceptance: setup
 peers: setup
 	$(PY) bench/peers_side_by_side.py
 
-# base -> SFT -> SFT+ADRPO / SFT+GRPO on held-out users (docs/ladder_notes.md: hours on 2 CPU cores, resumable).
-# It runs in .venv-vllm: the RL rollouts come from vLLM's CPU engine (rl_engine: vllm).
+# base -> SFT -> SFT+ADRPO / SFT+GRPO on held-out users (train/ladder/README.md: hours on 2 CPU cores, resumable).
+# It runs in .venv-vllm: the RL rollouts come from vLLM's CPU engine (use_vllm in its RL stages).
 ladder: setup-vllm
 	$(PY_VLLM) -m train.ladder --config configs/train/ladder_smollm2_cpu.yaml
 

@@ -13,10 +13,10 @@ tokens, MemoryGym-v0's evidence reward), run for two optimizer steps in each of:
   pass over the completions instead of from the loss pass (``--is_ratio_from_loss false``), to
   measure what reading it off the loss pass saves.
 
-``--recipe ladder`` runs the training ladder's RL step instead (``train.ladder.run.rl_argv`` with the
-defaults of configs/train/ladder_smollm2_cpu.yaml: G = 8, prompts up to 384 tokens, completions up
-to 256, the prompt shared in the loss), continuing the shipped adapter, whose outputs are as long
-as a trained policy's; results go to ``adrpo_step_ladder.json``.
+``--recipe ladder`` runs the training ladder's RL step instead (``train.ladder.settings.rl_argv``:
+the ADRPO stage of configs/train/ladder_smollm2_cpu.yaml on the engine's config: G = 8, prompts up
+to 384 tokens, completions up to 256, the prompt shared in the loss), continuing the shipped
+adapter, whose outputs are as long as a trained policy's; results go to ``adrpo_step_ladder.json``.
 
 Each runs in a fresh process. ``generate`` is everything before the reward (weight sync, the
 rollouts, the log-probabilities of the sampling policy), ``score`` the session reward, and
@@ -43,9 +43,13 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
 
-from engine_python import python_for  # bench/ is the script's own folder
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the project, for the engine's own Python too
+
+from engine_python import python_for  # noqa: E402  (bench/ is the script's own folder)
+
+from train.ladder.settings import LadderArgs, rl_argv  # noqa: E402
+
 RUNS = {
     "hf-fp32": ("configs/train/adrpo_smollm2_cpu.yaml", ["--dtype", "float32"]),
     "hf-bf16": ("configs/train/adrpo_smollm2_cpu.yaml", ["--dtype", "bfloat16"]),
@@ -62,10 +66,10 @@ def recipe_argv(recipe: str, engine: str, out: str) -> list[str]:
     config = RUNS[engine][0]
     if recipe == "cpu":
         return ["--config", config]
-    from train.ladder.run import LadderArgs, rl_argv
-
-    ladder = LadderArgs(adrpo_config=config, rl_engine="vllm" if engine.startswith("vllm") else "transformers")
-    return rl_argv(ladder, 0, SHIPPED_ADAPTER, 4.0, Path(out))
+    # the ladder's ADRPO stage on this engine's config, its rollouts from vLLM or from the trainer
+    use_vllm = "true" if engine.startswith("vllm") else "false"
+    ladder = LadderArgs(set=[f"stages.adrpo.config={config}", f"stages.adrpo.overrides.use_vllm={use_vllm}"])
+    return rl_argv(ladder, "adrpo", 0, SHIPPED_ADAPTER, Path(out))
 
 
 def measure(engine: str, steps: int, recipe: str = "cpu") -> dict:

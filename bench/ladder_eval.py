@@ -41,7 +41,7 @@ from engine_python import python_for  # bench/ is the script's own folder
 
 from membuilder.plumbing.stats import paired_difference
 from train.ladder.evaluator import Evaluator
-from train.ladder.run import LadderArgs
+from train.ladder.settings import LadderArgs
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGINES = ("transformers", "vllm")
@@ -49,7 +49,7 @@ ENGINES = ("transformers", "vllm")
 
 def measure(engine: str, policy: str, memory: bool, sessions_per_user: int | None) -> dict:
     """Runs in the engine's own process."""
-    a = LadderArgs(eval_engine=engine, **({} if memory else {"memory_score_world": "{}"}),
+    a = LadderArgs(eval_engine=engine, **({} if memory else {"memory_score_world": {}}),
                    **({"eval_sessions_per_user": sessions_per_user} if sessions_per_user else {}))
     with tempfile.TemporaryDirectory(prefix=f"ladder-eval-{engine}-") as work:
         evaluate = Evaluator(a, Path(work))

@@ -30,7 +30,7 @@ def sections():
     from memgym_env.world.config import SessionQAConfig, WorldConfig
     from train.adrpo import ADRPOScriptArgs
     from train.common import BenchmarkEvalArgs, EnvArgs
-    from train.ladder.run import LadderArgs
+    from train.ladder.settings import LadderArgs
     from train.sft import SFTScriptArgs
 
     return [

@@ -13,6 +13,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from train.common import require_vllm  # noqa: E402
+from train.ladder.evaluator import Evaluator  # noqa: E402
+from train.ladder.settings import LadderArgs, rl_argv  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -89,17 +91,17 @@ def test_a_run_continuing_a_lora_adapter_starts_its_engine_from_the_base_and_syn
 
 def test_the_ladders_rl_runs_follow_one_another_in_one_process_each_with_its_own_engine(tmp_path, monkeypatch):
     """make ladder trains its RL runs one after the other in one process, each with a colocated engine,
-    as ``train.ladder.run.rl_argv`` (rl_engine: vllm) starts them from the SFT adapter."""
+    as ``train.ladder.settings.rl_argv`` (use_vllm in the shipped RL stages) starts them from the SFT adapter."""
     import gc
 
     from train.adrpo import build
-    from train.ladder import run as ladder
 
     monkeypatch.chdir(ROOT)
-    a = ladder.LadderArgs(rl_generations=2, max_completion_tokens=16)
+    a = LadderArgs(max_completion_tokens=16, set=[f"stages.{s}.overrides.{k}=2" for s in ("adrpo", "grpo")
+                                                  for k in ("num_generations", "per_device_train_batch_size")])
     assert a.rl_engine == "vllm"
     for run, alpha in (("adrpo", 4.0), ("grpo", 1.0)):
-        argv = ladder.rl_argv(a, 0, "membuilder/policies/smollm2-135m-memgym", alpha, tmp_path / run)
+        argv = rl_argv(a, run, 0, "membuilder/policies/smollm2-135m-memgym", tmp_path / run)
         trainer, _, _ = build([*argv, "--max_steps", "1", "--users", "0", "--max_sessions_per_user", "1",
                                "--save_strategy", "no", "--logging_steps", "1", "--vllm_max_model_length", "1024"])
         assert trainer.vllm_generation.mode == "colocate"
@@ -115,8 +117,8 @@ def test_the_ladders_rl_runs_follow_one_another_in_one_process_each_with_its_own
 
             from train.ladder.curve_callback import CurveCallback
 
-            evaluator = ladder.Evaluator(ladder.LadderArgs(held_out_users="8", eval_sessions_per_user=1,
-                                                           max_completion_tokens=16), tmp_path / "work")
+            evaluator = Evaluator(LadderArgs(held_out_users="8", eval_sessions_per_user=1, max_completion_tokens=16),
+                                  tmp_path / "work")
             curve = CurveCallback(evaluator, every=1, sessions=1, label=run)
             curve.attach(trainer)
             mode = trainer.model.training

@@ -14,12 +14,13 @@ import yaml
 
 pytest.importorskip("trl")
 
-from trl import TrlParser  # noqa: E402
+from trl import ModelConfig, SFTConfig, TrlParser  # noqa: E402
 
 from membuilder.memory.ops import AGENTS  # noqa: E402
 from train import adrpo, sft
 from train.common import parse_users, require_vllm  # noqa: E402
-from train.ladder import run as ladder  # noqa: E402
+from train.ladder import settings as ladder  # noqa: E402
+from train.ladder.evaluator import Evaluator  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs" / "train"
@@ -85,7 +86,7 @@ def test_sft_and_rl_of_one_recipe_read_one_world():
 
 def test_ladder_defaults_equal_its_yaml_and_its_stages_build(tiny_chat_path, tmp_path):
     name = "ladder_smollm2_cpu.yaml"
-    (parsed,) = TrlParser((ladder.LadderArgs,)).parse_args_and_config(["--config", str(CONFIGS / name)])
+    parsed = ladder.parse_args(["--config", str(CONFIGS / name)])
     defaults = ladder.LadderArgs()
     assert {f.name: getattr(defaults, f.name) for f in fields(defaults)} == {
         f.name: getattr(parsed, f.name) for f in fields(parsed)}
@@ -93,15 +94,18 @@ def test_ladder_defaults_equal_its_yaml_and_its_stages_build(tiny_chat_path, tmp
     assert (parsed.rl_engine, parsed.eval_engine) == ("vllm", "vllm")  # the ladder runs from .venv-vllm
     parsed.choice_answerer = tiny_chat_path
     parsed.eval_sessions_per_user = 1
-    evaluate = ladder.Evaluator(parsed, tmp_path)
+    evaluate = Evaluator(parsed, tmp_path)
     assert len(evaluate.keys) == len(parse_users(parsed.held_out_users)) >= 8
     assert set(evaluate.scorers) == {"evidence", "choice"}
-    # the GRPO stage as the ladder starts it, from a tiny model, one session per user; its rollouts come from
-    # vLLM (tests/engine_vllm runs that engine), switched off here, where the default virtualenv has none
-    argv = ladder.rl_argv(parsed, 0, tiny_chat_path, 1.0, tmp_path)
-    assert " ".join(argv).endswith("--use_vllm true --vllm_mode colocate --vllm_max_model_length 2048")
-    parsed.rl_engine = "transformers"
-    assert ladder.rl_argv(parsed, 0, tiny_chat_path, 1.0, tmp_path) == argv[:-6]
+    # the SFT stage as the ladder starts it (its own test builds its first batch) ...
+    (script, sft_args, _) = TrlParser((sft.SFTScriptArgs, SFTConfig, ModelConfig)).parse_args_and_config(
+        ladder.sft_argv(parsed, tmp_path / "sft"))
+    assert (script.users, script.max_sessions_per_user, sft_args.learning_rate) == ("0-7", 38, 1e-3)
+    # ... and the GRPO stage, from a tiny model, one session per user; its rollouts come from vLLM
+    # (tests/engine_vllm runs that engine), switched off here, where the default virtualenv has none
+    argv = ladder.rl_argv(parsed, "grpo", 0, tiny_chat_path, tmp_path)
+    stage = yaml.safe_load(Path(argv[1]).read_text())
+    assert (stage["use_vllm"], stage["vllm_mode"], stage["vllm_max_model_length"]) == (True, "colocate", 2048)
     trainer, *_ = adrpo.build([*argv, "--max_completion_length", "8", *CPU])
     assert trainer.session_reward.scorer.config.alpha == 1.0
     args = trainer.args
@@ -135,8 +139,8 @@ def test_the_rl_step_benchmark_runs_the_ladders_step_on_each_engine_as_named(mon
 
     for engine in ("hf-fp32", "hf-bf16", "vllm", "vllm-trl-ratio"):
         argv = [*adrpo_step.recipe_argv("ladder", engine, str(tmp_path)), *adrpo_step.RUNS[engine][1]]
-        assert ("--use_vllm" in argv) == engine.startswith("vllm"), engine
-        assert argv[argv.index("--num_generations") + 1] == "8"
+        stage = yaml.safe_load(Path(argv[1]).read_text())
+        assert stage["use_vllm"] == engine.startswith("vllm") and stage["num_generations"] == 8, engine
         _, args, _ = TrlParser((adrpo.ADRPOScriptArgs, ADRPOConfig, ModelConfig)).parse_args_and_config(argv)
         # the two vLLM runs differ only in where the importance ratio comes from
         assert args.is_ratio_from_loss == (engine != "vllm-trl-ratio"), engine

@@ -5,13 +5,28 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 
 pytest.importorskip("trl")
 
 from membuilder.memory.ops import AGENTS  # noqa: E402
+from membuilder.plumbing.stats import bootstrap_ci, separated  # noqa: E402
 from membuilder.training.tiny import byte_tokenizer, tiny_llama  # noqa: E402
+from memgym_env.world import generate_world, load_config  # noqa: E402
+from train.ladder import run as ladder  # noqa: E402
+from train.ladder.curve_callback import CurveCallback  # noqa: E402
+from train.ladder.report import (  # noqa: E402
+    paired_difference,
+    plot_curves,
+    progress_lines,
+    recipe_command,
+    seed_mean,
+    verdicts,
+)
+from train.ladder.run import _train_seconds  # noqa: E402
+from train.ladder.settings import parse_args  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -23,25 +38,28 @@ def tiny_path(tmp_path_factory):
     return str(path)
 
 
+def _rl(**fields) -> list[str]:
+    """``--set`` changes of both RL stages alike."""
+    return [f"stages.{stage}.overrides.{k}={v}" for stage in ("adrpo", "grpo") for k, v in fields.items()]
+
+
 def _argv(tiny_path, tmp_path):
     return ["--config", "configs/train/ladder_smollm2_cpu.yaml", "--model_name_or_path", tiny_path,
             "--env_overrides", '{"world_overrides": {"num_users": 4, "num_periods": 1}}',
-            "--train_users", "0-1", "--held_out_users", "3",
-            "--sft_sessions_per_user", "1", "--rl_sessions_per_user", "1", "--eval_sessions_per_user", "3",
-            "--seeds", "0", "1", "--rl_steps", "2", "--rl_generations", "2", "--curve_every", "1",
-            "--curve_sessions", "2", "--max_completion_tokens", "8",
-            # the trainer's own generation: vLLM cannot load the tiny model, and tests/engine_vllm runs the ladder's
-            # RL stage with the engine
-            "--rl_engine", "transformers", "--eval_engine", "transformers",
+            "--train_users", "0-1", "--held_out_users", "3", "--eval_sessions_per_user", "3",
+            "--seeds", "0", "1", "--curve_every", "1", "--curve_sessions", "2", "--max_completion_tokens", "8",
+            "--eval_engine", "transformers",
             "--memory_score_world", '{"num_users": 1, "num_periods": 0, "seed": 7}',
             "--adapter_out", str(tmp_path / "shipped"),
-            "--work_dir", str(tmp_path / "work"), "--results_dir", str(tmp_path / "results")]
+            "--work_dir", str(tmp_path / "work"), "--results_dir", str(tmp_path / "results"),
+            "--set", "stages.sft.overrides.max_sessions_per_user=1",
+            # the trainer's own generation: vLLM cannot load the tiny model, and tests/engine_vllm runs the ladder's
+            # RL stage with the engine
+            *_rl(max_sessions_per_user=1, max_steps=2, num_generations=2, per_device_train_batch_size=2,
+                 use_vllm="false")]
 
 
 def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, tmp_path, monkeypatch):
-    from memgym_env.world import generate_world, load_config
-    from train.ladder import run as ladder
-
     monkeypatch.setenv("MEMGYM_TORCH_THREADS", "1")
     rows = ladder.main(_argv(tiny_path, tmp_path))
     saved = json.loads((tmp_path / "results" / "ladder.json").read_text())
@@ -116,10 +134,11 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
     assert all(torch.equal(shipped[k], rl_w[k].to(torch.bfloat16)) for k in rl_w)
     card = json.loads((tmp_path / "shipped" / "card.json").read_text())
     assert card["stage"] == "adrpo"
-    assert card["held_out"]["reward_evidence"] == saved[2]["reward_evidence"] and "ladder.py" in card["command"]
+    assert card["held_out"]["reward_evidence"] == saved[2]["reward_evidence"]
+    assert card["command"].startswith("python -m train.ladder --config configs/train/ladder_smollm2_cpu.yaml")
     # the recipe, not this machine's folders
     assert "--work_dir" not in card["command"] and "--adapter_out" not in card["command"]
-    assert "work_dir" not in card["config"] and card["config"]["rl_steps"] == 2
+    assert "work_dir" not in card["config"] and card["config"]["stages"]["adrpo"]["overrides"]["max_steps"] == 2
     assert "--results_dir" not in (tmp_path / "results" / "ladder.md").read_text()
 
     # a rerun resumes: no stage is trained or evaluated again
@@ -139,8 +158,9 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
     # an RL ablation (ADRPO with alpha 2, no GRPO) takes this ladder's SFT stage and evaluations instead of
     # making them again
     work2 = tmp_path / "alpha2"
-    ablation = ladder.main([*_argv(tiny_path, tmp_path), "--seeds", "0", "--rl_stages", "adrpo", "--adrpo_alpha", "2",
-                            "--rl_steps", "1", "--curve_every", "0", "--adapter_out", "null", "--sft_from",
+    ablation = ladder.main([*_argv(tiny_path, tmp_path), "--seeds", "0", "--rl_stages", "adrpo",
+                            "--set", "stages.adrpo.overrides.env_overrides.alpha=2", "stages.adrpo.overrides.max_steps=1",
+                            "--curve_every", "0", "--adapter_out", "null", "--sft_from",
                             str(tmp_path / "work"), "--work_dir", str(work2), "--results_dir", str(tmp_path / "r2")])
     assert [(r["stage"], r["alpha"]) for r in ablation] == [("base", None), ("sft", None), ("adrpo", 2.0)]
     assert ablation[:2] == rows[:2]
@@ -152,10 +172,10 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
     md = (tmp_path / "r2" / "ladder.md").read_text()
     assert "ADRPO (alpha 2) seed 0 above SFT" in md and "--sft_from" not in md  # the recipe, not where SFT came from
     assert json.loads((tmp_path / "shipped" / "card.json").read_text())["stage"] == "adrpo"  # adapter_out null
-    assert json.loads((tmp_path / "shipped" / "card.json").read_text())["config"]["adrpo_alpha"] == 4.0
+    shipped_config = json.loads((tmp_path / "shipped" / "card.json").read_text())["config"]
+    assert shipped_config["stages"]["adrpo"]["overrides"]["env_overrides"]["alpha"] == 4.0
 
     # report_only publishes the finished stages of a ladder stopped part-way and trains nothing
-    import shutil
 
     shutil.rmtree(tmp_path / "work" / "seed1" / "grpo")
     partial = ladder.main([*_argv(tiny_path, tmp_path), "--report_only", "true"])
@@ -168,8 +188,6 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
 
 
 def test_bootstrap_interval_is_deterministic_and_covers_the_mean():
-    from membuilder.plumbing.stats import bootstrap_ci, separated
-
     xs = [0.0] * 30 + [1.0] * 18
     ci = bootstrap_ci(xs)
     assert ci == bootstrap_ci(xs) and ci[0] < 18 / 48 < ci[1]
@@ -179,8 +197,6 @@ def test_bootstrap_interval_is_deterministic_and_covers_the_mean():
 
 
 def test_a_stage_found_trained_on_resume_keeps_its_training_time(tmp_path):
-    from train.ladder.run import _train_seconds
-
     (tmp_path / "log_history.json").write_text(json.dumps([{"loss": 0.1, "step": 1},
                                                            {"train_runtime": 1081.36, "step": 10}]))
     assert _train_seconds(tmp_path, 0.4) == 1081.4  # resumed: nothing trained now, the log says how long it took
@@ -189,8 +205,6 @@ def test_a_stage_found_trained_on_resume_keeps_its_training_time(tmp_path):
 
 
 def test_paired_difference_compares_the_same_sessions_and_reads_its_interval():
-    from train.ladder.report import paired_difference, verdicts
-
     keys = [f"u/p0-s{i}" for i in range(12)]
     spread = [0.0, 0.5, 1.0] * 4  # sessions differ a lot from one another ...
     sft = {"stage": "sft", "seed": 0, "reward_evidence": 0.5, "reward_evidence_ci": [0.25, 0.75],
@@ -207,8 +221,6 @@ def test_paired_difference_compares_the_same_sessions_and_reads_its_interval():
 
 
 def test_two_seeds_are_also_judged_on_their_mean_per_session():
-    from train.ladder.report import seed_mean, verdicts
-
     keys = [f"u/p0-s{i}" for i in range(12)]
     spread = [0.0, 0.5, 1.0] * 4
 
@@ -238,16 +250,11 @@ def test_two_seeds_are_also_judged_on_their_mean_per_session():
 
 class _Stopped(Exception):
     """What a session's end does to a run: it stops right after a checkpoint."""
-
-
 def test_a_stopped_rl_run_resumes_from_its_last_checkpoint(tiny_path, tmp_path, monkeypatch):
     import torch
     from safetensors.torch import load_file
     from transformers import TrainerCallback
-    from trl import TrlParser
 
-    from train.ladder.curve_callback import CurveCallback
-    from train.ladder import run as ladder
 
     class StopMidStep3(TrainerCallback):
         """A stop after checkpoint-2, once step 3's rollouts are logged: the resumed run redoes step 3."""
@@ -257,8 +264,8 @@ def test_a_stopped_rl_run_resumes_from_its_last_checkpoint(tiny_path, tmp_path, 
                 raise _Stopped(state.global_step)
 
     monkeypatch.setenv("MEMGYM_TORCH_THREADS", "1")
-    (a,) = TrlParser((ladder.LadderArgs,)).parse_args_and_config(
-        [*_argv(tiny_path, tmp_path), "--rl_steps", "3", "--rl_save_steps", "2"])
+    a = parse_args(
+        [*_argv(tiny_path, tmp_path), "--set", *_rl(max_steps=3, save_steps=2)])
     evaluate = ladder.Evaluator(a, tmp_path / "work")
     folder = tmp_path / "rl"
 
@@ -266,14 +273,13 @@ def test_a_stopped_rl_run_resumes_from_its_last_checkpoint(tiny_path, tmp_path, 
         return CurveCallback(evaluate, 1, 2, "resumed", folder / "curve_points.partial.json")
 
     with pytest.raises(_Stopped):
-        ladder.train_rl(a, 0, tiny_path, 4.0, folder, curve(), callbacks=[StopMidStep3()])
+        ladder.train_rl(a, "adrpo", 0, tiny_path, folder, curve(), callbacks=[StopMidStep3()])
     assert (folder / "checkpoint-2").is_dir() and not (folder / "policy").exists()
     assert {json.loads(x)["step"] for x in (folder / "rollouts.0.jsonl").read_text().splitlines()} == {0, 1, 2}
     stopped = json.loads((folder / "clock.json").read_text())
     assert stopped["step"] == 2 and stopped["at_checkpoint"]["checkpoint-2"] == stopped["seconds"] > 0
 
     # a report of the stopped ladder shows where the run stands at its checkpoint
-    from train.ladder.report import plot_curves, progress_lines
 
     keys = evaluate.keys[:2]
     progress = ladder.run_progress(folder, "adrpo", 0, {"session_keys": keys, "session_rewards": {
@@ -293,7 +299,7 @@ def test_a_stopped_rl_run_resumes_from_its_last_checkpoint(tiny_path, tmp_path, 
 
     resumed = curve()
     assert [p["step"] for p in resumed.points] == [1, 2]  # measured by the first sitting, kept
-    adapter = ladder.train_rl(a, 0, tiny_path, 4.0, folder, resumed)
+    adapter = ladder.train_rl(a, "adrpo", 0, tiny_path, folder, resumed)
     log = json.loads((folder / "log_history.json").read_text())
     assert [e["step"] for e in log if "reward" in e] == [1, 2, 3]
     assert not list(folder.glob("checkpoint-*"))  # the finished adapter replaces the checkpoints
@@ -303,7 +309,7 @@ def test_a_stopped_rl_run_resumes_from_its_last_checkpoint(tiny_path, tmp_path, 
 
     # the two sittings sampled and trained what one uninterrupted run does: the same sessions and, from
     # the restored RNG, the same completions (the random tiny model samples different text under another seed)
-    straight = ladder.train_rl(a, 0, tiny_path, 4.0, tmp_path / "straight", None)
+    straight = ladder.train_rl(a, "adrpo", 0, tiny_path, tmp_path / "straight", None)
 
     def rollouts(run):
         lines = [json.loads(x) for x in (run / "rollouts.0.jsonl").read_text().splitlines()]
@@ -320,12 +326,8 @@ def test_a_stopped_rl_run_resumes_from_its_last_checkpoint(tiny_path, tmp_path, 
 
 
 def test_the_oracle_check_counts_outputs_the_completion_limit_would_cut(tiny_path, tmp_path):
-    from trl import TrlParser
-
-    from train.ladder import run as ladder
-
     def check(limit):
-        (a,) = TrlParser((ladder.LadderArgs,)).parse_args_and_config(
+        a = parse_args(
             [*_argv(tiny_path, tmp_path), "--max_completion_tokens", str(limit)])
         return ladder.oracle_over_limit(a)
 
@@ -340,18 +342,17 @@ def test_a_stopped_sft_run_resumes_from_its_last_checkpoint(tiny_path, tmp_path,
     import torch
     from safetensors.torch import load_file
     from transformers import TrainerCallback
-    from trl import TrlParser
 
-    from train.ladder import run as ladder
 
     class StopAtFirstSave(TrainerCallback):
         def on_save(self, args, state, control, **kw):
             raise _Stopped(state.global_step)
 
     monkeypatch.setenv("MEMGYM_TORCH_THREADS", "1")
-    (a,) = TrlParser((ladder.LadderArgs,)).parse_args_and_config(
-        [*_argv(tiny_path, tmp_path), "--sft_sessions_per_user", "2", "--sft_keep_empty_rows", "1",
-         "--sft_gradient_accumulation_steps", "1", "--sft_save_steps", "2"])
+    a = parse_args(
+        [*_argv(tiny_path, tmp_path), "--set", "stages.sft.overrides.max_sessions_per_user=2",
+         "stages.sft.overrides.keep_empty_rows=1", "stages.sft.overrides.gradient_accumulation_steps=1",
+         "stages.sft.overrides.save_steps=2"])
     folder = tmp_path / "sft"
     with pytest.raises(_Stopped):
         ladder.train_sft(a, folder, callbacks=[StopAtFirstSave()])
@@ -370,19 +371,12 @@ def test_a_stopped_sft_run_resumes_from_its_last_checkpoint(tiny_path, tmp_path,
     assert ladder.train_sft(a, folder) == adapter  # found trained: nothing runs
 
 
-
 def test_a_work_folder_resumes_only_under_the_settings_that_made_it(tiny_path, tmp_path):
-    import shutil
-
-    from trl import TrlParser
-
-    from train.ladder import run as ladder
-
     env = tmp_path / "env.yaml"
     shutil.copy("configs/env/construction_cpu.yaml", env)
 
     def args(*extra):
-        (a,) = TrlParser((ladder.LadderArgs,)).parse_args_and_config(
+        a = parse_args(
             [*_argv(tiny_path, tmp_path), "--env_config", str(env), *extra])
         return a
 
@@ -408,12 +402,10 @@ def test_a_work_folder_resumes_only_under_the_settings_that_made_it(tiny_path, t
 
 def test_the_ladder_pins_the_engines_kv_cache_and_reads_older_folders_as_made_with_2_gb(tiny_path, tmp_path,
                                                                                         monkeypatch):
-    from trl import TrlParser
 
-    from train.ladder import run as ladder
 
     def args(*extra):
-        (a,) = TrlParser((ladder.LadderArgs,)).parse_args_and_config([*_argv(tiny_path, tmp_path), *extra])
+        a = parse_args([*_argv(tiny_path, tmp_path), *extra])
         return a
 
     # a size in the environment does not decide the results: the recipe's setting does
@@ -436,23 +428,20 @@ def test_the_ladder_pins_the_engines_kv_cache_and_reads_older_folders_as_made_wi
 
 
 def test_an_rl_ablation_takes_sft_only_from_a_ladder_with_the_same_sft_settings(tiny_path, tmp_path):
-    from trl import TrlParser
-
-    from train.ladder import run as ladder
-
     src = tmp_path / "work"
 
     def args(*extra):
-        (a,) = TrlParser((ladder.LadderArgs,)).parse_args_and_config(
-            [*_argv(tiny_path, tmp_path), "--rl_stages", "adrpo", "--adrpo_alpha", "2", "--sft_from", str(src),
-             "--work_dir", str(tmp_path / "alpha2"), *extra])
+        a = parse_args(
+            [*_argv(tiny_path, tmp_path), "--rl_stages", "adrpo", "--sft_from", str(src),
+             "--work_dir", str(tmp_path / "alpha2"), "--set", "stages.adrpo.overrides.env_overrides.alpha=2", *extra])
         return a
 
-    ladder.check_work_dir(args("--work_dir", str(src), "--adrpo_alpha", "4"), src)  # the source ladder's settings
-    with pytest.raises(SystemExit, match=r"sft_learning_rate 0\.001 there, 0\.5 here.*Only the RL settings"):
-        ladder.take_sft(args("--sft_learning_rate", "0.5"), tmp_path / "alpha2")
+    # the source ladder's settings
+    ladder.check_work_dir(args("--work_dir", str(src), "--set", "stages.adrpo.overrides.env_overrides.alpha=4"), src)
+    with pytest.raises(SystemExit, match=r"stages\.sft\.overrides\.learning_rate 0\.001 there, 0\.5 here.*Only the RL"):
+        ladder.take_sft(args("--set", "stages.sft.overrides.learning_rate=0.5"), tmp_path / "alpha2")
     with pytest.raises(SystemExit, match="SFT stage has not finished"):  # RL settings may differ; SFT must be there
-        ladder.take_sft(args("--rl_learning_rate", "3e-4"), tmp_path / "alpha2")
+        ladder.take_sft(args("--set", *_rl(learning_rate="3e-4")), tmp_path / "alpha2")
     with pytest.raises(SystemExit, match="not a ladder's work folder"):
         ladder.take_sft(args("--sft_from", str(tmp_path / "nowhere")), tmp_path / "alpha2")
     with pytest.raises(ValueError, match="rl_stages"):
@@ -461,8 +450,6 @@ def test_an_rl_ablation_takes_sft_only_from_a_ladder_with_the_same_sft_settings(
 
 
 def test_the_recipe_command_leaves_out_where_the_outputs_go():
-    from train.ladder.report import recipe_command
-
     argv = ["--config", "c.yaml", "--work_dir", "/root/w", "--results_dir=/tmp/r", "--rl_steps", "5",
             "--adapter_out", "/x/a", "--report_only", "true"]
     assert recipe_command(argv) == "python -m train.ladder --config c.yaml --rl_steps 5"

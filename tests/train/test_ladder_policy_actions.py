@@ -7,6 +7,7 @@ import json
 import pytest
 
 from membuilder.memory.ops import AGENTS
+from train.ladder.inspect_run import main as inspect_main
 from train.ladder.policy_actions import (
     held_out_actions,
     held_out_line,
@@ -112,13 +113,11 @@ def test_the_plot_draws_each_runs_edit_share_against_sft(tmp_path):
 
 
 def test_inspect_run_reads_any_runs_rollout_log(tmp_path, capsys):
-    from train.ladder.inspect_run import main
-
     with pytest.raises(SystemExit, match="no rollout log"):
-        main([str(tmp_path)])
+        inspect_main([str(tmp_path)])
     _log(tmp_path, {s: {a: [(ADD if a != "core" else APPEND, 0.5), (UPDATE if a != "core" else REPLACE, -0.5)]
                         for a in AGENTS} for s in range(4)})
-    out = main([str(tmp_path), "--name", "adrpo-lr1e-4", "--bucket", "2"])
+    out = inspect_main([str(tmp_path), "--name", "adrpo-lr1e-4", "--bucket", "2"])
     printed = capsys.readouterr().out
     assert "ADRPO-LR1E-4, train reward over the first 1 of 4 steps" in printed
     assert "ADRPO-LR1E-4, sampled rollouts, the first 1 of 4 steps" in printed

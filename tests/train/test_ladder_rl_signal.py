@@ -7,7 +7,13 @@ import json
 import pytest
 
 from membuilder.memory.ops import AGENTS
-from train.ladder.rl_signal import rl_signal, signal_line
+from train.ladder.rl_signal import (
+    dominant_shares,
+    paired_line,
+    paired_train_difference,
+    rl_signal,
+    signal_line,
+)
 
 
 def _log(folder, rewards_by_step, process=0, extra=()):
@@ -63,8 +69,6 @@ def test_a_damaged_rollout_log_is_named_with_its_line(tmp_path):
 
 
 def test_two_runs_are_compared_step_by_step_where_they_drew_the_same_sessions(tmp_path):
-    from train.ladder.rl_signal import paired_line, paired_train_difference
-
     adrpo, grpo = tmp_path / "adrpo", tmp_path / "grpo"
     adrpo.mkdir()
     grpo.mkdir()
@@ -83,8 +87,6 @@ def test_two_runs_are_compared_step_by_step_where_they_drew_the_same_sessions(tm
 
 
 def test_the_dominant_memory_type_comes_from_the_runs_logged_metrics(tmp_path):
-    from train.ladder.rl_signal import dominant_shares
-
     def entry(step, semantic):
         return {"step": step, "adrpo/dominant_episodic": 1.0 - semantic, "adrpo/dominant_semantic": semantic,
                 "adrpo/dominant_procedural": 0.0, "adrpo/dominant_none": 0.0}

@@ -1,4 +1,4 @@
-"""The ladder's learning-curve callback: held-out reward every N RL steps (imported only when used)."""
+"""The ladder's learning-curve callback: held-out reward every N RL steps."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from membuilder.llm.vllm_backend import VLLMChatModel
 from membuilder.plumbing.json_files import write_json
 
 
@@ -33,8 +34,6 @@ class CurveCallback(TrainerCallback):
         generation = getattr(self.trainer, "vllm_generation", None)
         if self.evaluator.a.eval_engine != "vllm" or getattr(generation, "llm", None) is None:
             return None
-        from membuilder.llm.vllm_backend import VLLMChatModel
-
         generation.sync_weights()
         return VLLMChatModel.from_engine(generation.llm)
 

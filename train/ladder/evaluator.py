@@ -9,20 +9,22 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from tqdm.auto import tqdm
+
+from membuilder.llm import load_chat_model
+from membuilder.llm.registry import resolve_chat_path
 from membuilder.plumbing.json_files import atomic_write_text
 from membuilder.plumbing.stats import bootstrap_ci
 from membuilder.training.policy_eval import evaluate_policy
 from memgym_env.construction.scoring import SessionScorer
-from train.common import load_policy, parse_users
-
-if TYPE_CHECKING:
-    from train.ladder.run import LadderArgs
-
-# One context for the RL engine and the evaluation's: the ladder's longest prompt plus its longest output
-# with room to spare.
-ENGINE_CONTEXT = 2048
+from memgym_env.interactive.runner import RunConfig, evaluate_one, load_run_models
+from memgym_env.world.config import load_config
+from memgym_env.world.data_json import read_world, write_world
+from memgym_env.world.offline import generate_world
+from train.common import chosen_episodes, load_policy, parse_users
+from train.ladder.settings import ENGINE_CONTEXT, LadderArgs
 
 
 class Evaluator:
@@ -44,8 +46,6 @@ class Evaluator:
         self._world = None
 
     def generate(self, model, tokenizer, keys, label: str, scorers=None) -> dict[str, Any]:
-        from tqdm.auto import tqdm
-
         bar = tqdm(total=4 * len(keys), desc=f"evaluate {label}", unit="output", leave=False)
         res = evaluate_policy(model, tokenizer, scorers or self.scorers, keys,
                               max_new_tokens=self.a.max_completion_tokens, max_prompt_tokens=self.a.max_prompt_tokens,
@@ -55,8 +55,6 @@ class Evaluator:
 
     def chat_model(self, policy: str):
         """The stage's policy as a ``ChatModel`` on ``eval_engine`` (a trained stage: its merged checkpoint)."""
-        from membuilder.llm import load_chat_model
-
         path = merged_path(policy)
         if self.a.eval_engine == "vllm":
             return load_chat_model(f"vllm:{path}", max_model_len=ENGINE_CONTEXT)  # the context RL's engine has
@@ -67,8 +65,6 @@ class Evaluator:
         t0 = time.perf_counter()
         if self.a.eval_engine == "vllm":
             from transformers import AutoTokenizer
-
-            from membuilder.llm.registry import resolve_chat_path
 
             model = self.chat_model(policy)  # the tokenizer measures prompts exactly as RL's trainer does
             tokenizer = AutoTokenizer.from_pretrained(resolve_chat_path(merged_path(policy)))
@@ -105,10 +101,6 @@ class Evaluator:
         """The interactive memory score's world, generated once into the work folder."""
         path = self.work / "memory_score_world.json"
         if not path.exists():
-            from memgym_env.world.config import load_config
-            from memgym_env.world.data_json import write_world
-            from memgym_env.world.offline import generate_world
-
             path.parent.mkdir(parents=True, exist_ok=True)
             write_world(generate_world(load_config("configs/env/base.yaml", dict(self.a.memory_score_world))), path)
         return path
@@ -117,9 +109,6 @@ class Evaluator:
         """MemoryGym-Interactive-v0's MemBuilder assistant writing memory with ``policy``."""
         if not self.a.memory_score_world:
             return {"memory_score": None, "memory_score_ci": None, "memory_settings": self.memory_settings()}
-        from memgym_env.interactive.runner import RunConfig, evaluate_one, load_run_models
-        from memgym_env.world.data_json import read_world
-
         t0 = time.perf_counter()
         world_path = self.world()
         trained = Path(policy).exists()
@@ -153,13 +142,11 @@ def oracle_over_limit(a: LadderArgs) -> dict[str, Any]:
     room for is one the policy is cut at, in RL and in the evaluation alike."""
     from transformers import AutoTokenizer
 
-    from membuilder.llm.registry import resolve_chat_path
-    from train.common import chosen_episodes
-
     tokenizer = AutoTokenizer.from_pretrained(resolve_chat_path(a.model_name_or_path))
     config = a.construction_config()
     out: dict[str, Any] = {"limit": a.max_completion_tokens}
-    for name, users, limit in (("train", a.train_users, a.rl_sessions_per_user),
+    rl_sessions = a.stage_config(a.rl_stages[0] if a.rl_stages else "adrpo")["max_sessions_per_user"]
+    for name, users, limit in (("train", a.train_users, rl_sessions),
                                ("held_out", a.held_out_users, a.eval_sessions_per_user)):
         over: dict[str, int] = {}
         longest: dict[str, int] = {}

@@ -22,6 +22,7 @@ from typing import Any
 
 from membuilder.memory.ops import AGENTS, Add, CoreAppend, Skip, parse
 from train.ladder.rl_signal import read_rollouts, run_ends
+from train.ladder.settings import STAGES
 
 KINDS = ("new", "edit", "nothing", "invalid")
 EDIT_NAMES = "UPDATE, MERGE, REPLACE, REWRITE"
@@ -132,8 +133,6 @@ def plot_actions(runs: list[dict[str, Any]], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from train.ladder.report import STAGES
 
     fig, axes = plt.subplots(1, len(AGENTS), figsize=(16.5, 3.6), sharey=True)
     sft = next((r.get("held_out_actions") for r in runs if r["stage"] == "sft"), None)

