@@ -5,7 +5,8 @@ session, one per agent (``prompts.rl_rows``); TRL draws G completions per row. T
 
 1. ``SessionRepeatSampler`` shuffles sessions, not rows, so a session's four agent prompts
    always land in the same generation batch (and on the same process).
-2. ``SessionReward`` pairs the k-th completion of each of the four agents into rollout k,
+2. ``SessionReward`` (``membuilder.training.trl_reward``, the reward a plain ``GRPOTrainer`` uses
+   too) pairs the k-th completion of each of the four agents into rollout k,
    flips the reward-density coin, and has a ``CandidateScorer`` score the G rollouts together
    (one shared snapshot; ``task_rewarded=`` the coin). Each completion gets its own agent's
    reward r_a and attribution weight w exactly as the scorer returns them (``membuilder.reward``
@@ -32,16 +33,21 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler, split_tensor_dict
 
-from membuilder.memory.ops import AGENTS, SEARCHABLE_AGENTS
+from membuilder.memory.ops import AGENTS
 from membuilder.plumbing.json_files import atomic_write_text
-from membuilder.reward import CandidateScorer, task_rewarded_coin
+from membuilder.reward import CandidateScorer
 from membuilder.training.importance_ratio import RatioStats, importance_ratio
+from membuilder.training.merged_weights import install_exact_lora_sync
+from membuilder.training.shared_prefix import shared_prefix_logps, through_wrapper
+from membuilder.training.trl_reward import SessionReward
+from membuilder.training.vllm_cpu_sync import install_cpu_weight_sync
 
 # ---- the ADRPO idea, in a few lines -----------------------------------------------------------
 
@@ -154,103 +160,11 @@ class SessionRepeatSampler(RepeatSampler):
                         yield index
 
 
-# ---- the reward -------------------------------------------------------------------------------
-
-
-def _text(completion: Any) -> str:
-    if isinstance(completion, str):
-        return completion
-    return "".join(m.get("content", "") for m in completion if m.get("role") == "assistant")  # conversational
-
-
-def score_sessions(scorer: CandidateScorer, requests: list[tuple[str, list[dict[str, str]], bool]]):
-    """Each (session key, candidates, task_rewarded) scored; a scorer with ``score_many`` (a remote
-    one, over several replicas) gets the whole batch at once so it can score sessions in parallel."""
-    many = getattr(scorer, "score_many", None)
-    if many is not None:
-        return many(requests)
-    return [scorer.score(key, candidates, task_rewarded=rewarded) for key, candidates, rewarded in requests]
-
-
-class SessionReward:
-    """A TRL reward function: scores each session's G rollouts together and keeps the ADRPO weights.
-
-    After each call ``last_weights`` holds one attribution weight per completion (batch order)
-    and ``last_stats`` the per-batch metrics; the trainer picks both up.
-    """
-
-    __name__ = "session_reward"
-
-    def __init__(self, scorer: CandidateScorer, reward_density: int | None = None, seed: int = 0):
-        reward_density = scorer.reward_density if reward_density is None else reward_density
-        if not isinstance(reward_density, int) or reward_density < 1:
-            raise ValueError(f"reward_density d must be an integer >= 1 (task reward with probability 1/d); "
-                             f"got {reward_density!r}")
-        self.scorer, self.reward_density, self.seed = scorer, reward_density, seed
-        self.last_weights: list[float] = []
-        self.last_rewards: list[float] = []
-        self.last_rewarded: list[bool] = []
-        self.last_stats: dict[str, float] = {}
-        self.last_stat_totals: dict[str, tuple[float, int]] = {}  # name -> (sum, count), to average over processes
-
-    def task_rewarded(self, session_key: str, step: int) -> bool:
-        """Reward density 1/d: a seeded coin per (session, step)."""
-        return task_rewarded_coin(self.seed, step, session_key, self.reward_density)
-
-    def __call__(self, prompts, completions, session_key, agent, trainer_state=None, **_) -> list[float]:
-        step = trainer_state.global_step if trainer_state is not None else 0
-        # (session, agent) -> batch positions, in order: position k is that agent's k-th completion.
-        where: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
-        for i, (key, a) in enumerate(zip(session_key, agent, strict=True)):
-            where[key][a].append(i)
-        rewards, weights = [0.0] * len(prompts), [1.0] * len(prompts)
-        rewarded_rows = [True] * len(prompts)
-        stats: dict[str, list[float]] = defaultdict(list)
-        started = time.perf_counter()
-        requests = []
-        for key, by_agent in where.items():
-            if set(by_agent) != set(AGENTS) or len({len(v) for v in by_agent.values()}) != 1:
-                raise ValueError(f"session {key!r}: the batch holds {({a: len(v) for a, v in by_agent.items()})} "
-                                 f"completions per agent; ADRPO needs all of {AGENTS} with G each in one batch "
-                                 "(use SessionRepeatSampler)")
-            g = len(by_agent[AGENTS[0]])
-            candidates = [{a: _text(completions[by_agent[a][k]]) for a in AGENTS} for k in range(g)]
-            requests.append((key, candidates, self.task_rewarded(key, step)))
-        for (key, candidates, rewarded), scored in zip(requests, score_sessions(self.scorer, requests), strict=True):
-            by_agent, g = where[key], len(candidates)
-            if len(scored) != g:
-                raise RuntimeError(f"session {key!r}: the scorer returned {len(scored)} rewards for {g} rollouts")
-            for k, c in enumerate(scored):
-                for a in AGENTS:
-                    i = by_agent[a][k]
-                    rewards[i] = float(c.agent_rewards[a])
-                    weights[i] = float(c.weights[a])
-                    rewarded_rows[i] = rewarded
-                    stats[f"reward/valid_{a}"].append(float(c.valid.get(a, True)))
-                    stats[f"reward/length_penalty_{a}"].append(float(c.length_penalty.get(a, 0.0)))
-                    stats[f"adrpo/weight_{a}"].append(weights[i])
-                if rewarded:  # an unrewarded session has no task reward to report
-                    stats["reward/task"].append(float(c.task_reward))
-                stats["reward/task_rewarded"].append(float(rewarded))
-                stats["reward/answers_cut"].append(float(c.info.get("answers_cut", 0) + c.info.get("verdicts_cut", 0)))
-                for m in SEARCHABLE_AGENTS:
-                    stats[f"adrpo/dominant_{m}"].append(float(c.dominant == m))
-                stats["adrpo/dominant_none"].append(float(c.dominant is None))
-        stats["adrpo/weight_mean"] = list(weights)
-        stats["time/score"] = [time.perf_counter() - started]
-        self.last_weights, self.last_rewards, self.last_rewarded = weights, rewards, rewarded_rows
-        self.last_stat_totals = {name: (sum(v), len(v)) for name, v in stats.items() if v}
-        self.last_stats = {name: total / count for name, (total, count) in self.last_stat_totals.items()}
-        return rewards
-
-
 # ---- the trainer ----------------------------------------------------------------------------------
 
 
 def _start_step(resume_from_checkpoint, output_dir: str) -> int:
     """The optimizer step a run starts from: its checkpoint's (``True``: the last in ``output_dir``), else 0."""
-    from pathlib import Path
-
     from transformers.trainer_utils import get_last_checkpoint
 
     checkpoint = (get_last_checkpoint(output_dir) if resume_from_checkpoint is True else resume_from_checkpoint)
@@ -262,8 +176,6 @@ def _start_step(resume_from_checkpoint, output_dir: str) -> int:
 def trim_rollout_log(path: str, start: int) -> int:
     """Keep the lines a run resumed from the checkpoint of step ``start`` (0: started afresh) will not redo,
     and return how many were dropped: the stopped sitting's later steps would otherwise be logged twice."""
-    from pathlib import Path
-
     log = Path(path)
     if not log.exists():
         return 0
@@ -296,7 +208,8 @@ class ADRPOTrainer(GRPOTrainer):
 
     def __init__(self, model, args: ADRPOConfig, scorer: CandidateScorer, train_dataset, reward_funcs=None,
                  **kwargs):
-        self.session_reward = SessionReward(scorer, seed=args.seed)
+        # the sampler keeps sessions whole, and the trainer logs the reward's metrics beside its own
+        self.session_reward = SessionReward(scorer, seed=args.seed, whole_sessions=True, log_metrics=False)
         funcs = [self.session_reward] + list(reward_funcs or [])
         if args.scale_rewards != "group":
             raise ValueError("ADRPO normalises advantages within each agent prompt's group: keep scale_rewards='group'")
@@ -309,9 +222,6 @@ class ADRPOTrainer(GRPOTrainer):
         self._ratio_inputs: dict[str, Any] | None = None
         self._ratio_stats = {"train": RatioStats(), "eval": RatioStats()}
         if args.use_vllm:
-            from membuilder.training.merged_weights import install_exact_lora_sync
-            from membuilder.training.vllm_cpu_sync import install_cpu_weight_sync
-
             install_exact_lora_sync(self.vllm_generation)  # every sync, CPU or CUDA, reads the weights through it
             install_cpu_weight_sync(self)
         local = args.per_device_train_batch_size * args.steps_per_generation
@@ -449,8 +359,6 @@ class ADRPOTrainer(GRPOTrainer):
             return super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
                 **multimodal)
-        from membuilder.training.shared_prefix import shared_prefix_logps, through_wrapper
-
         with self.accelerator.autocast():
             logps, entropies = through_wrapper(model, lambda: shared_prefix_logps(
                 model, input_ids, attention_mask, logits_to_keep, self.temperature, compute_entropy))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 
 import pytest
@@ -19,13 +20,16 @@ from membuilder.training.adrpo import (  # noqa: E402
     ADRPOConfig,
     ADRPOTrainer,
     SessionRepeatSampler,
-    SessionReward,
     group_advantages,
+    trim_rollout_log,
     weight_advantages,
 )
 from membuilder.training.format_scorer import FormatScorer  # noqa: E402
 from membuilder.training.prompts import fit_prompt, rl_rows, token_counter  # noqa: E402
 from membuilder.training.tiny import byte_tokenizer, tiny_llama  # noqa: E402
+from membuilder.training.trl_reward import SessionReward  # noqa: E402
+from memgym_env.construction.config import ConstructionConfig  # noqa: E402
+from memgym_env.construction.scoring import SessionScorer  # noqa: E402
 
 SESSIONS = {"s1": "user: I moved to Lyon last week.", "s2": "user: I adopted a cat named Luna.",
             "s3": "user: I now run every morning before work."}
@@ -162,15 +166,20 @@ def test_reward_density_coin_is_seeded_and_passed_to_the_scorer():
     assert dense.reward_density == 1 and all(dense.task_rewarded("s1", step) for step in range(10))
 
 
+def test_the_adrpo_reward_refuses_a_batch_that_cuts_a_session():
+    """ADRPO's weights need joint rollouts: its reward refuses a batch that holds a session's agents unevenly,
+    where a plain trainer's reward scores each agent alone (which needs the scorer's expert outputs)."""
+    agents = [a for a in AGENTS[:3] for _ in range(2)]
+    cut = dict(prompts=[None] * 6, completions=["x"] * 6, session_key=["s1"] * 6, agent=agents)
+    with pytest.raises(ValueError, match="SessionRepeatSampler"):
+        SessionReward(LengthScorer.from_texts(SESSIONS), whole_sessions=True)(**cut)
+    with pytest.raises(TypeError, match="expert_action"):
+        SessionReward(LengthScorer.from_texts(SESSIONS))(**cut)
+
+
 def test_unrewarded_session_in_the_trainer_uses_the_env_reward_as_it_is():
     """Published: an unrewarded session keeps validity and length with r_task = 1 and no dominant
     type. A rollout whose memory would answer nothing does not score above one that answers."""
-    import codecs
-    import json
-
-    from memgym_env.construction.config import ConstructionConfig
-    from memgym_env.construction.scoring import SessionScorer
-
     scorer = SessionScorer(ConstructionConfig(answer_mode="evidence", world_overrides={"num_users": 1},
                                               reward_density=1000), users=[0], max_sessions_per_user=2)
     key = scorer.session_keys()[1]
@@ -293,9 +302,6 @@ def test_batch_that_would_split_a_session_is_refused(tokenizer, tmp_path):
 
 def test_one_adrpo_step_with_the_memorygym_scorer(tokenizer, tmp_path):
     """End to end: world sessions, expert snapshots and the env's reward drive one ADRPO step."""
-    from memgym_env.construction.config import ConstructionConfig
-    from memgym_env.construction.scoring import SessionScorer
-
     scorer = SessionScorer(ConstructionConfig(answer_mode="evidence", world_overrides={"num_users": 1}),
                            max_sessions_per_user=2)
     trainer = _trainer(tokenizer, tmp_path, scorer=scorer, max_steps=1, max_prompt_tokens=6000)
@@ -350,8 +356,6 @@ def test_micro_batches_of_one_prompt_train_what_one_session_batch_trains(tokeniz
 
 
 def test_a_resumed_run_drops_the_rollout_lines_it_redoes(tmp_path):
-    from membuilder.training.adrpo import trim_rollout_log
-
     log = tmp_path / "rollouts.0.jsonl"
     records = [{"mode": "train", "step": s} for s in (0, 0, 1, 2, 2)] + [{"mode": "eval", "step": 2}]
     log.write_text("".join(json.dumps(r) + "\n" for r in records) + '{"mode": "train", "st')  # torn last line

@@ -1,9 +1,10 @@
-"""MemoryGym-v0 in a plain ``trl.GRPOTrainer``: the rows, the group reward, and two training steps of a
-tiny random model through the example entry point (evidence mode: no answer model)."""
+"""MemoryGym-v0 in a plain ``trl.GRPOTrainer``: the rows, the group reward (ADRPO's), and two training
+steps of a tiny random model through the example entry point (evidence mode: no answer model)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -11,9 +12,13 @@ pytest.importorskip("trl")
 
 from membuilder.agents.constructor import render_prompt  # noqa: E402
 from membuilder.memory.ops import AGENTS  # noqa: E402
+from membuilder.training.trl_reward import SessionReward  # noqa: E402
 from memgym_env.construction.config import ConstructionConfig  # noqa: E402
 from memgym_env.construction.scoring import SessionScorer  # noqa: E402
-from memgym_env.construction.trl_reward import MemoryReward, session_rows  # noqa: E402
+from memgym_env.construction.trl_reward import scorer_dataset  # noqa: E402
+from train import grpo_plain_trl  # noqa: E402
+
+CONFIG = Path(__file__).resolve().parents[2] / "configs" / "train" / "grpo_plain_trl_cpu.yaml"
 
 OVERRIDES = {"world_overrides": {"num_users": 1, "num_periods": 1, "rounds_update": 1}, "questions_per_session": 3}
 BROKEN = "{not json"
@@ -29,12 +34,12 @@ def chat(text: str) -> list[dict]:
 
 
 def test_rows_hold_one_prompt_per_session_and_agent(scorer):
-    rows = session_rows(scorer)
+    rows = scorer_dataset(scorer).to_list()
     assert [(r["session_key"], r["agent"]) for r in rows] == [(k, a) for k in scorer.session_keys() for a in AGENTS]
     assert rows[1]["prompt"] == render_prompt(AGENTS[1], scorer.observation(rows[1]["session_key"]))
-    assert {r["agent"] for r in session_rows(scorer, agents=["core"])} == {"core"}
+    assert set(scorer_dataset(scorer, agents=["core"])["agent"]) == {"core"}
     with pytest.raises(ValueError, match="subset"):
-        session_rows(scorer, agents=["planner"])
+        scorer_dataset(scorer, agents=["planner"])
 
 
 def test_a_joint_group_is_scored_as_g_candidates_from_one_snapshot(scorer):
@@ -48,7 +53,7 @@ def test_a_joint_group_is_scored_as_g_candidates_from_one_snapshot(scorer):
             keys.append(key)
             agents.append(a)
             completions.append(chat(outputs[k][a]))
-    reward = MemoryReward(scorer)
+    reward = SessionReward(scorer)
     got = reward(prompts=[None] * 8, completions=completions, session_key=keys, agent=agents)
     want = scorer.score(key, outputs)
     assert got == [want[k].agent_rewards[a] for a in AGENTS for k in range(2)]
@@ -59,22 +64,23 @@ def test_a_single_agent_row_is_scored_with_the_experts_other_outputs(scorer):
     key = scorer.session_keys()[1]
     expert = scorer.expert_action(key)
     logged = {}
-    rewards = MemoryReward(scorer)(prompts=[None] * 3, completions=[expert["core"], BROKEN, expert["core"]],
-                                   session_key=[key] * 3, agent=["core"] * 3,
-                                   log_metric=lambda name, value: logged.__setitem__(name, value))
+    rewards = SessionReward(scorer)(prompts=[None] * 3, completions=[expert["core"], BROKEN, expert["core"]],
+                                    session_key=[key] * 3, agent=["core"] * 3,
+                                    log_metric=lambda name, value: logged.__setitem__(name, value))
     want = scorer.score(key, [expert, {**expert, "core": BROKEN}])
     assert rewards == [want[0].agent_rewards["core"], 0.0, want[0].agent_rewards["core"]]
-    assert rewards[0] > 0 and set(logged) >= {"memgym/weight_core", "memgym/task_reward"}
+    assert rewards[0] > 0 and set(logged) >= {"adrpo/weight_core", "reward/task", "reward/valid_core"}
+    assert "adrpo/weight_semantic" not in logged  # only the agent the rows hold is reported
     with pytest.raises(ValueError, match="planner"):
-        MemoryReward(scorer)(prompts=[None], completions=["x"], session_key=[key], agent=["planner"])
+        SessionReward(scorer)(prompts=[None], completions=["x"], session_key=[key], agent=["planner"])
 
 
 def test_the_plain_trl_example_trains_two_steps(tiny_chat_path, tmp_path):
-    from train import grpo_plain_trl
-
-    trainer = grpo_plain_trl.main(["--model", tiny_chat_path, "--env-overrides", json.dumps(OVERRIDES),
-                                   "--users", "0", "--max-sessions-per-user", "2", "--max-completion-length", "8",
-                                   "--output-dir", str(tmp_path)])
+    trainer = grpo_plain_trl.main(["--config", str(CONFIG), "--model_name_or_path", tiny_chat_path,
+                                   "--env_overrides", json.dumps(OVERRIDES), "--users", "0",
+                                   "--max_sessions_per_user", "2", "--max_completion_length", "8",
+                                   "--output_dir", str(tmp_path)])
     assert type(trainer).__name__ == "GRPOTrainer" and trainer.state.global_step == 2
-    logged = [h for h in trainer.state.log_history if "rewards/memorygym_reward/mean" in h]
-    assert len(logged) == 2 and "memgym/task_reward" in logged[0]
+    logged = [h for h in trainer.state.log_history if "rewards/session_reward/mean" in h]
+    # the metrics ADRPO's trainer logs, under the same names
+    assert len(logged) == 2 and {"reward/task", "adrpo/weight_mean", "adrpo/dominant_none"} <= set(logged[0])

@@ -17,7 +17,7 @@ pytest.importorskip("trl")
 from trl import ModelConfig, SFTConfig, TrlParser  # noqa: E402
 
 from membuilder.memory.ops import AGENTS  # noqa: E402
-from train import adrpo, sft
+from train import adrpo, grpo_plain_trl, sft
 from train.common import parse_users, require_vllm  # noqa: E402
 from train.ladder import settings as ladder  # noqa: E402
 from train.ladder.evaluator import Evaluator  # noqa: E402
@@ -73,6 +73,17 @@ def test_sft_config_builds_its_world_and_first_batch(name, tiny_chat_path, tmp_p
     assert len(trainer.train_dataset) == len(AGENTS) * len(parse_users(script.users))
     batch = next(iter(trainer.get_train_dataloader()))
     assert (batch["labels"] != -100).any() and (batch["labels"] == -100).any()  # loss on the assistant turn only
+
+
+def test_plain_trl_config_builds_its_world_reward_and_first_generation_batch(tiny_chat_path, tmp_path):
+    name = "grpo_plain_trl_cpu.yaml"
+    trainer, script, _ = grpo_plain_trl.build(["--config", str(CONFIGS / name), "--model_name_or_path", tiny_chat_path,
+                                               "--output_dir", str(tmp_path), "--max_completion_length", "8", *CPU,
+                                               *_env(name, tiny_chat_path)])
+    assert type(trainer).__name__ == "GRPOTrainer" and trainer.reward_func_names == ["session_reward"]
+    assert len(trainer.train_dataset) == len(AGENTS) * len(parse_users(script.users))
+    out = first_generation_batch(trainer)
+    assert len(out["advantages"]) == trainer.args.generation_batch_size
 
 
 def test_sft_and_rl_of_one_recipe_read_one_world():

@@ -1,0 +1,163 @@
+"""The TRL reward function of memory-construction sessions, for ``ADRPOTrainer`` and a plain ``trl.GRPOTrainer``.
+
+The dataset holds one row per (session, agent) (``prompts.rl_rows``: columns ``prompt``,
+``session_key``, ``agent``); TRL draws G completions of each row and passes the batch to
+``SessionReward``, which groups the completions by session:
+
+* a session whose four agents are all in the batch with G completions each is a joint rollout
+  (MemBuilder's): rollout k is the k-th completion of every agent;
+* otherwise (a plain trainer's batch may cut a session, or train one agent alone) each agent's
+  completions are scored on their own, the other three agents writing what the expert wrote
+  (``scorer.expert_action``). ``whole_sessions=True`` refuses such a batch instead, as ADRPO must.
+
+A ``CandidateScorer`` scores each session's G candidates together, from one shared snapshot, and
+each completion gets its own agent's reward r_a exactly as the scorer returns it
+(``membuilder.reward`` is the one definition). The attribution weights w are kept in
+``last_weights``: ``ADRPOTrainer`` multiplies the advantages by them; a plain trainer only logs them.
+
+Metrics, one set whichever trainer runs (each averaged over the batch's rows):
+``reward/task`` (rewarded sessions only), ``reward/task_rewarded``, ``reward/answers_cut``,
+``reward/valid_<agent>``, ``reward/length_penalty_<agent>``, ``adrpo/weight_<agent>``,
+``adrpo/weight_mean``, ``adrpo/dominant_<type>``, ``adrpo/dominant_none`` and ``time/score``. TRL
+logs the rewards themselves as ``rewards/session_reward/mean``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from membuilder.memory.ops import AGENTS, SEARCHABLE_AGENTS
+from membuilder.reward import CandidateReward, CandidateScorer, task_rewarded_coin
+
+ScoreRequest = tuple[str, list[dict[str, str]], bool]  # (session key, G candidates, task_rewarded)
+
+
+def completion_text(completion: Any) -> str:
+    """A completion as TRL passes it: plain text, one message, or a conversation (its assistant turns)."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, Mapping):
+        return str(completion.get("content", ""))
+    return "".join(m.get("content", "") for m in completion if m.get("role") == "assistant")
+
+
+def score_sessions(scorer: CandidateScorer, requests: list[ScoreRequest]) -> list[list[CandidateReward]]:
+    """Each (session key, candidates, task_rewarded) scored; a scorer with ``score_many`` (a remote
+    one, over several replicas) gets the whole batch at once so it can score sessions in parallel."""
+    many = getattr(scorer, "score_many", None)
+    if many is not None:
+        return many(requests)
+    return [scorer.score(key, candidates, task_rewarded=rewarded) for key, candidates, rewarded in requests]
+
+
+class SessionReward:
+    """A TRL reward function: scores each session's G rollouts together and keeps the ADRPO weights.
+
+    After each call ``last_rewards``, ``last_weights`` and ``last_rewarded`` hold one value per
+    completion (batch order) and ``last_stats`` the batch's metrics (``last_stat_totals``: their
+    sums and counts, to average over processes).
+
+    Args:
+        scorer: scores G candidate actions of a session (``membuilder.reward.CandidateScorer``).
+        reward_density: d, the task reward on a seeded share 1/d of (session, step); default the scorer's.
+        seed: the seed of that coin (ADRPO passes the run's seed).
+        whole_sessions: every session must come whole (four agents, G completions each), as
+            ``SessionRepeatSampler`` delivers them; False scores a cut session agent by agent.
+        log_metrics: send the metrics through TRL's ``log_metric``; ``ADRPOTrainer`` logs them
+            itself, beside its own, and turns this off.
+    """
+
+    __name__ = "session_reward"
+
+    def __init__(self, scorer: CandidateScorer, reward_density: int | None = None, seed: int = 0,
+                 whole_sessions: bool = False, log_metrics: bool = True):
+        reward_density = scorer.reward_density if reward_density is None else reward_density
+        if not isinstance(reward_density, int) or reward_density < 1:
+            raise ValueError(f"reward_density d must be an integer >= 1 (task reward with probability 1/d); "
+                             f"got {reward_density!r}")
+        self.scorer, self.reward_density, self.seed = scorer, reward_density, seed
+        self.whole_sessions, self.log_metrics = whole_sessions, log_metrics
+        self.last_weights: list[float] = []
+        self.last_rewards: list[float] = []
+        self.last_rewarded: list[bool] = []
+        self.last_stats: dict[str, float] = {}
+        self.last_stat_totals: dict[str, tuple[float, int]] = {}  # name -> (sum, count), to average over processes
+
+    def task_rewarded(self, session_key: str, step: int) -> bool:
+        """Reward density 1/d: a seeded coin per (session, step)."""
+        return task_rewarded_coin(self.seed, step, session_key, self.reward_density)
+
+    def __call__(self, prompts, completions, session_key, agent, trainer_state=None,
+                 log_metric: Callable[[str, float], None] | None = None, **_) -> list[float]:
+        step = trainer_state.global_step if trainer_state is not None else 0
+        # (session, agent) -> batch positions, in order: position k is that agent's k-th completion.
+        where: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+        for i, (key, a) in enumerate(zip(session_key, agent, strict=True)):
+            if a not in AGENTS:
+                raise ValueError(f"row {i}: agent {a!r} is not one of {list(AGENTS)}")
+            where[key][a].append(i)
+        started = time.perf_counter()
+        groups: list[tuple[str, dict[str, list[int]]]] = []  # (session, agent -> its rows), one score request each
+        requests: list[ScoreRequest] = []
+        for key, by_agent in where.items():
+            rewarded = self.task_rewarded(key, step)
+            for rows in self._groups(key, by_agent):
+                g = len(next(iter(rows.values())))
+                expert = {} if len(rows) == len(AGENTS) else self._expert(key)
+                candidates = [{**expert, **{a: completion_text(completions[rows[a][k]]) for a in rows}}
+                              for k in range(g)]
+                groups.append((key, rows))
+                requests.append((key, candidates, rewarded))
+        scored = score_sessions(self.scorer, requests)
+        rewards, weights, rewarded_rows = [0.0] * len(prompts), [1.0] * len(prompts), [True] * len(prompts)
+        stats: dict[str, list[float]] = defaultdict(list)
+        for (key, rows), (_, candidates, rewarded), results in zip(groups, requests, scored, strict=True):
+            if len(results) != len(candidates):
+                raise RuntimeError(f"session {key!r}: the scorer returned {len(results)} rewards for "
+                                   f"{len(candidates)} rollouts")
+            for k, c in enumerate(results):
+                for a in rows:
+                    i = rows[a][k]
+                    rewards[i] = float(c.agent_rewards[a])
+                    weights[i] = float(c.weights[a])
+                    rewarded_rows[i] = rewarded
+                    stats[f"reward/valid_{a}"].append(float(c.valid.get(a, True)))
+                    stats[f"reward/length_penalty_{a}"].append(float(c.length_penalty.get(a, 0.0)))
+                    stats[f"adrpo/weight_{a}"].append(weights[i])
+                if rewarded:  # an unrewarded session has no task reward to report
+                    stats["reward/task"].append(float(c.task_reward))
+                stats["reward/task_rewarded"].append(float(rewarded))
+                stats["reward/answers_cut"].append(float(c.info.get("answers_cut", 0) + c.info.get("verdicts_cut", 0)))
+                for m in SEARCHABLE_AGENTS:
+                    stats[f"adrpo/dominant_{m}"].append(float(c.dominant == m))
+                stats["adrpo/dominant_none"].append(float(c.dominant is None))
+        stats["adrpo/weight_mean"] = list(weights)
+        stats["time/score"] = [time.perf_counter() - started]
+        self.last_weights, self.last_rewards, self.last_rewarded = weights, rewards, rewarded_rows
+        self.last_stat_totals = {name: (sum(v), len(v)) for name, v in stats.items() if v}
+        self.last_stats = {name: total / count for name, (total, count) in self.last_stat_totals.items()}
+        if self.log_metrics and log_metric is not None:
+            for name, values in stats.items():
+                for value in values:  # one value a row, so TRL's mean over processes weighs every row alike
+                    log_metric(name, value)
+        return rewards
+
+    def _groups(self, key: str, by_agent: dict[str, list[int]]) -> list[dict[str, list[int]]]:
+        """The rows scored together: the whole session (a joint rollout), or each agent alone."""
+        if set(by_agent) == set(AGENTS) and len({len(v) for v in by_agent.values()}) == 1:
+            return [dict(by_agent)]
+        if self.whole_sessions:
+            raise ValueError(f"session {key!r}: the batch holds {({a: len(v) for a, v in by_agent.items()})} "
+                             f"completions per agent; ADRPO needs all of {AGENTS} with G each in one batch "
+                             "(use SessionRepeatSampler)")
+        return [{a: rows} for a, rows in by_agent.items()]
+
+    def _expert(self, key: str) -> dict[str, str]:
+        expert_action = getattr(self.scorer, "expert_action", None)
+        if not callable(expert_action):
+            raise TypeError(f"session {key!r} is not whole in this batch, and {type(self.scorer).__name__} has no "
+                            "expert_action(session_key) to write the missing agents' outputs")
+        return dict(expert_action(key))
