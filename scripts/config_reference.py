@@ -30,6 +30,7 @@ def sections():
     from memgym_env.world.config import SessionQAConfig, WorldConfig
     from train.adrpo import ADRPOScriptArgs
     from train.common import BenchmarkEvalArgs, EnvArgs
+    from train.grpo_plain_trl import PlainGRPOScriptArgs
     from train.ladder.settings import LadderArgs
     from train.sft import SFTScriptArgs
 
@@ -47,6 +48,8 @@ def sections():
         ("Training: ADRPO", ADRPOScriptArgs, "train/adrpo.py, configs/train/adrpo_*.yaml (plus TRL's GRPOConfig)"),
         ("Training: ADRPO trainer", ADRPOConfig, "configs/train/adrpo_*.yaml; the trainer's options beside TRL's "
          "GRPOConfig fields, and the GRPOConfig defaults it changes"),
+        ("Training: plain TRL GRPO", PlainGRPOScriptArgs, "train/grpo_plain_trl.py, configs/train/grpo_plain_trl_cpu.yaml "
+                                                          "(plus TRL's GRPOConfig)"),
         ("Training ladder", LadderArgs, "configs/train/ladder_smollm2_cpu.yaml; `make ladder`"),
     ]
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from membuilder.llm.loading import load_causal_lm
 from membuilder.plumbing.json_files import atomic_dir
 
 MARKER = "memgym-complete.json"
@@ -158,7 +159,6 @@ def merge_adapter(base: Path, adapter: Path, out: Path) -> None:
     import torch
     from transformers import AutoTokenizer
 
-    from membuilder.llm.loading import load_causal_lm  # imports transformers as it loads
 
     try:
         from peft import PeftModel
