@@ -158,11 +158,18 @@ class MemoryBank:
         self._next_id = max(self._next_id, len(self.store))
 
     # ---- reading -------------------------------------------------------------------------
-    def retrieve(self, query: str, k: int = 10, types: Sequence[str] | None = None) -> list[Hit]:
-        return self.retrieve_many([query], k, types)[0]
+    def retrieve(self, query: str, k: int = 10, types: Sequence[str] | None = None,
+                 live_only: bool = False) -> list[Hit]:
+        """Top-k entries for ``query``; ``live_only`` leaves out entries an UPDATE or MERGE replaced."""
+        return self.retrieve_many([query], k, types, live_only)[0]
 
-    def retrieve_many(self, queries: Sequence[str], k: int = 10, types: Sequence[str] | None = None) -> list[list[Hit]]:
-        return retrieve_across([self] * len(queries), queries, k, types)
+    def retrieve_many(self, queries: Sequence[str], k: int = 10, types: Sequence[str] | None = None,
+                      live_only: bool = False) -> list[list[Hit]]:
+        return retrieve_across([self] * len(queries), queries, k, types, live_only)
+
+    def superseded(self) -> frozenset[str]:
+        """Ids of entries an UPDATE or MERGE replaced: kept for history, left out of a live view."""
+        return self.store.superseded()
 
     def view(self, agent: str, query: str, k: int = 20) -> list[Hit]:
         """An agent's own memories most related to ``query``: what its construction prompt shows."""
@@ -242,7 +249,8 @@ class MemoryBank:
 
 
 def retrieve_across(
-    banks: Sequence[MemoryBank], queries: Sequence[str], k: int = 10, types: Sequence[str] | None = None
+    banks: Sequence[MemoryBank], queries: Sequence[str], k: int = 10, types: Sequence[str] | None = None,
+    live_only: bool = False,
 ) -> list[list[Hit]]:
     """Answer ``queries[i]`` from ``banks[i]`` for all i in one pass (see ``search_stores``)."""
     if len(banks) != len(queries):
@@ -250,4 +258,4 @@ def retrieve_across(
     if not queries:
         return []
     vectors = banks[0].cache.embed(list(queries))
-    return search_stores([b.store for b in banks], vectors, k, types)
+    return search_stores([b.store for b in banks], vectors, k, types, live_only)

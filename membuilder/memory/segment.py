@@ -42,6 +42,8 @@ class Segment:
         if len(self.entries) != len(self.vectors) or len(self.entries) != len(self.seqs):
             raise ValueError("segment: entries, vectors and sequence numbers differ in length")
         self.by_id = {e.id: i for i, e in enumerate(self.entries)}
+        # ids this segment's UPDATE/MERGE entries replace (they may live in older segments)
+        self.supersedes = frozenset(p for e in self.entries for p in e.predecessors)
         self.by_text: dict[tuple[str, str], list[int]] = {}
         rows: dict[str, list[int]] = {t: [] for t in MEMORY_TYPES}
         for i, e in enumerate(self.entries):
@@ -131,6 +133,7 @@ class Tail:
         self.entries: list[Entry] = []
         self.by_id: dict[str, int] = {}
         self.by_text: dict[tuple[str, str], list[int]] = {}
+        self._supersedes: set[str] = set()
         self._vecs = np.empty((16, dim), dtype=np.float32)
         self._seqs = np.empty(16, dtype=np.int64)
         self._rows: dict[str, list[int]] = {t: [] for t in MEMORY_TYPES}
@@ -146,6 +149,10 @@ class Tail:
     @property
     def seqs(self) -> np.ndarray:
         return self._seqs[: len(self.entries)]
+
+    @property
+    def supersedes(self) -> frozenset[str]:
+        return frozenset(self._supersedes)
 
     @staticmethod
     def _grow(buf: np.ndarray, need: int) -> np.ndarray:
@@ -168,6 +175,7 @@ class Tail:
         self.entries.append(entry)
         self.by_id[entry.id] = row
         self.by_text.setdefault((entry.type, normalise_text(entry.text)), []).append(row)
+        self._supersedes.update(entry.predecessors)
 
     def candidates(self, queries: np.ndarray, k: int, types: Sequence[str]) -> list[np.ndarray]:
         per_query: list[list[np.ndarray]] = [[] for _ in range(len(queries))]

@@ -11,6 +11,11 @@ entry is re-indexed O(log n) times in all.
 
 Ranking is by exact cosine similarity (vectors are L2-normalised), ties broken by insertion
 order, so the same entries give the same hits however the chain happens to be split.
+
+Entries are never deleted: an UPDATE or MERGE writes a new entry naming the ones it replaces
+(``Entry.predecessors``), and those are *superseded*. A search with ``live_only=True`` leaves
+them out (the current view of the user); the default keeps them, since MemBuilder retrieves
+history as well (protocols §1).
 """
 
 from __future__ import annotations
@@ -110,6 +115,19 @@ class VectorStore:
         segs = self.segments()
         return np.concatenate([s.vectors for s in segs]) if segs else np.zeros((0, self.dim), np.float32)
 
+    def superseded(self) -> frozenset[str]:
+        """Ids of the entries an UPDATE or MERGE of this store has replaced (kept, marked, as history)."""
+        segs = self.segments()
+        key = tuple(map(id, self._chain)) + (len(self._tail),)
+        cached = getattr(self, "_superseded", None)
+        if cached is None or cached[0] != key:
+            out = frozenset().union(*(s.supersedes for s in segs)) if segs else frozenset()
+            self._superseded = cached = (key, out)
+        return cached[1]
+
+    def is_live(self, entry_id: str) -> bool:
+        return entry_id not in self.superseded()
+
     def get(self, entry_id: str) -> Entry | None:
         for seg in reversed(self.segments()):
             row = seg.by_id.get(entry_id)
@@ -135,9 +153,10 @@ class VectorStore:
             return hits[0].entry, "similar"
         return None, "missing"
 
-    def search(self, query_vectors: np.ndarray, k: int = 10, types: Sequence[str] | None = None) -> list[list[Hit]]:
-        """Top-k hits for each query vector (rows of ``query_vectors``)."""
-        return search_stores([self] * len(query_vectors), query_vectors, k, types)
+    def search(self, query_vectors: np.ndarray, k: int = 10, types: Sequence[str] | None = None,
+               live_only: bool = False) -> list[list[Hit]]:
+        """Top-k hits for each query vector (rows of ``query_vectors``); ``live_only`` leaves superseded entries out."""
+        return search_stores([self] * len(query_vectors), query_vectors, k, types, live_only)
 
 
 _BLAS = None
@@ -166,12 +185,19 @@ def search_stores(
     query_vectors: np.ndarray,
     k: int = 10,
     types: Sequence[str] | None = None,
+    live_only: bool = False,
 ) -> list[list[Hit]]:
     """Search ``stores[i]`` with ``query_vectors[i]`` for every i, sharing work between forks.
 
     Forks of one snapshot share its segments; a segment is searched once for each distinct query
     over all the stores that read it. Scoring G candidate memories against the same questions
     therefore costs one search of the shared snapshot plus G searches of small tails.
+
+    ``live_only``: each store's superseded entries are left out. Which entries are superseded
+    depends on the store (a fork's UPDATE supersedes a snapshot entry for that fork only), so a
+    shared segment is searched for k plus as many extra hits as the most any reader excludes
+    from it, and each store drops its own before merging: the result is exactly the top-k of the
+    store's live entries.
     """
     types = tuple(types) if types else MEMORY_TYPES
     for t in types:
@@ -189,9 +215,17 @@ def search_stores(
     uniq = np.stack([q[qslot.index(s)] for s in range(len(qkeys))])
     plan: dict[int, tuple[Segment, set[int]]] = {}
     store_segments = [s.segments() for s in stores]
+    excluded = [s.superseded() if live_only else frozenset() for s in stores]
+    extra: dict[int, int] = {}  # segment -> the most entries any of its readers drops from it
+    dropped: dict[tuple[int, int], int] = {}
     for i, segs in enumerate(store_segments):
         for seg in segs:
             plan.setdefault(id(seg), (seg, set()))[1].add(qslot[i])
+            if excluded[i]:
+                key = (id(excluded[i]), id(seg))
+                if key not in dropped:
+                    dropped[key] = sum(1 for e in excluded[i] if e in seg.by_id)
+                extra[id(seg)] = max(extra.get(id(seg), 0), dropped[key])
 
     # Each segment's top-k for each distinct query, exactly re-scored and ranked once, whatever
     # number of stores read it. Row-wise products summed along the last axis give an entry the
@@ -201,12 +235,13 @@ def search_stores(
     with _blas_threads(len(uniq)):
         for sid, (seg, slots) in plan.items():
             order = sorted(slots)
-            for slot, rows in zip(order, seg.candidates(uniq[order], k, types)):
+            want = k + extra.get(sid, 0)
+            for slot, rows in zip(order, seg.candidates(uniq[order], want, types)):
                 if not len(rows):
                     continue
                 scores = (seg.vectors[rows] * uniq[slot]).sum(axis=1)
                 seqs = seg.seqs[rows]
-                top = np.lexsort((seqs, -scores))[:k]
+                top = np.lexsort((seqs, -scores))[:want]
                 ranked[(sid, slot)] = (scores[top], seqs[top],
                                        [Hit(seg.entries[int(rows[j])], float(scores[j])) for j in top])
 
@@ -216,11 +251,14 @@ def search_stores(
     merged: dict[tuple, list[Hit]] = {}
     results = []
     for i, segs in enumerate(store_segments):
-        key = (qslot[i], *map(id, segs))
+        key = (qslot[i], excluded[i], *map(id, segs))
         if key not in merged:
             parts = [ranked[(id(seg), qslot[i])] for seg in segs if (id(seg), qslot[i]) in ranked]
+            if excluded[i]:
+                parts = [_drop(part, excluded[i]) for part in parts]
+            parts = [part for part in parts if part[2]]
             if len(parts) <= 1:
-                merged[key] = parts[0][2] if parts else []
+                merged[key] = parts[0][2][:k] if parts else []
             else:
                 pool = [h for part in parts for h in part[2]]
                 order = np.lexsort((np.concatenate([part[1] for part in parts]),
@@ -228,3 +266,11 @@ def search_stores(
                 merged[key] = [pool[j] for j in order]
         results.append(list(merged[key]))
     return results
+
+
+def _drop(part: tuple[np.ndarray, np.ndarray, list[Hit]], ids: frozenset[str]):
+    """A segment's ranked hits without the entries in ``ids``."""
+    keep = [j for j, h in enumerate(part[2]) if h.id not in ids]
+    if len(keep) == len(part[2]):
+        return part
+    return part[0][keep], part[1][keep], [part[2][j] for j in keep]
