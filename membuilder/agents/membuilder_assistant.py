@@ -17,6 +17,17 @@ from membuilder.memory.ops import SEARCHABLE_AGENTS
 BANK_DIR = "bank"
 # Longest memory-writing prompt by default: room for a 256-token output in a 4096-token context.
 WRITE_PROMPT_TOKENS = 3840
+# What an answer may retrieve: "all" keeps entries an UPDATE or MERGE replaced (MemBuilder as
+# published), "live" leaves them out.
+MEMORY_VIEWS = ("all", "live")
+
+
+def check_memory_view(view: str) -> bool:
+    """``live_only`` for the bank's retrieval; a clear error for a value other than "all" or "live"."""
+    if view not in MEMORY_VIEWS:
+        raise ValueError(f"memory_view: {view!r} is not one of {', '.join(MEMORY_VIEWS)} "
+                         "(all: every entry retrievable, as published; live: superseded entries left out)")
+    return view == "live"
 
 
 class MemBuilderAssistant(ChatAssistant):
@@ -25,12 +36,18 @@ class MemBuilderAssistant(ChatAssistant):
     retrieved for an answer, 10), ``write_model`` (the memory constructor playing the four agents
     and compressing Core, e.g. a trained policy; default ``model``, which always replies and answers),
     ``write_prompt_tokens`` (longest agent prompt: a bank that outgrows the writer's context loses
-    view entries from its prompts, lowest-ranked first, instead of failing the run; None: no bound)."""
+    view entries from its prompts, lowest-ranked first, instead of failing the run; None: no bound),
+    ``memory_view`` (what answers retrieve from: "all", every entry including those an UPDATE or
+    MERGE replaced, as MemBuilder is published; "live", those superseded entries left out).
+    The memory agents' own views are untouched: they always see the whole bank."""
 
     name = "membuilder"
 
     def __init__(self, model, embedder, *, write_tokens: int = 384, view_k: int = 20, answer_k: int = 10,
-                 write_model=None, write_prompt_tokens: int | None = WRITE_PROMPT_TOKENS, **kwargs):
+                 write_model=None, write_prompt_tokens: int | None = WRITE_PROMPT_TOKENS,
+                 memory_view: str = "all", **kwargs):
+        self.live_only = check_memory_view(memory_view)
+        self.memory_view = memory_view
         self.embedder = embedder
         self.write_model = bound(model if write_model is None else write_model, "write")
         self.policy = MemBuilderPolicy(self.write_model, Sampling(temperature=0.0, max_new_tokens=write_tokens),
@@ -61,12 +78,15 @@ class MemBuilderAssistant(ChatAssistant):
                                "added": {a: len(r.added_ids) for a, r in applied.items()},
                                "prompts_cut": self.policy.prompts_cut - cut_before})
 
+    def _answer_hits(self, query: str):
+        return self.bank.retrieve(query, self.answer_k, live_only=self.live_only) if len(self.bank) else []
+
     def context(self, query: str, time: str) -> str:
-        hits = self.bank.retrieve(query, self.answer_k) if len(self.bank) else []
+        hits = self._answer_hits(query)
         return f"{self.bank.core.text or '(empty)'}\n{memory_lines(hits)}"
 
     def choice_prompt(self, question: str, choices: Sequence[str], time: str) -> ChatMessages:
-        hits = self.bank.retrieve(question, self.answer_k) if len(self.bank) else []
+        hits = self._answer_hits(question)
         return choice_prompt(self.bank.core.text, hits, time[:10] or None, question, choices)
 
     def memory_text(self) -> str:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from membuilder.agents.constructor import core_compressor
+from membuilder.agents.membuilder_assistant import check_memory_view
 from membuilder.llm import load_chat_model
 from membuilder.llm import load_embedder as load
 from membuilder.llm.base import Sampling
@@ -77,6 +78,9 @@ class EvalConfig:
     seed: int = field(default=0, metadata={"help": "sampling seed"})
     batch_size: int = field(default=8, metadata={"help": "questions per generate call (bounds concurrent remote requests)"})
     answer_k: int = field(default=10, metadata={"help": "entries retrieved for answering (membuilder, mem0, a-mem)"})
+    memory_view: str = field(default="all", metadata={
+        "help": "membuilder only: what answers retrieve, all (every entry, including those an UPDATE or MERGE "
+                "replaced, as MemBuilder is published) or live (replaced entries left out)"})
     rag_k: int = field(default=5, metadata={"help": "raw chunks retrieved (rag)"})
     recall_k: int = field(default=10, metadata={"help": "k of the retrieval recall@k metric"})
     context_tokens: int = field(default=6000, metadata={"help": "history budget of full-context, in answerer tokens"})
@@ -99,6 +103,9 @@ class EvalConfig:
     judge_check: bool = field(default=True, metadata={"help": "grade known-right and known-wrong control answers "
                                                                "to see whether the judge can be trusted"})
 
+    def __post_init__(self) -> None:
+        check_memory_view(self.memory_view)  # refused before the output folder is touched
+
     def judge_prompt_name(self) -> str:
         """The name of the judge prompt in ``judges.PROMPT_TEXTS`` (e.g. ``locomo``, ``locomo-strict``)."""
         return prompt_name(self.benchmark, self.judge_prompt)
@@ -111,6 +118,8 @@ class EvalConfig:
         if self.system not in INFERRING_PEERS:  # settings only inferring peers read: older run folders stay valid
             for k in ("peer_window", "serve_context_length"):
                 d.pop(k)
+        if self.memory_view == "all":  # the default stays out, so run folders from before it still resume
+            d.pop("memory_view")
         d["data"] = str(Path(self.data).resolve())
         d["qa_data"] = str(Path(self.qa_data).resolve()) if self.qa_data else None
         return d
@@ -191,7 +200,8 @@ def make_system(cfg: EvalConfig, models: dict[str, Any]):
         return Rag(models["embedder"], k=cfg.rag_k)
     if cfg.system == "membuilder":
         return MemBuilder(membuilder_session_builder(models["model"], cfg.construct_max_tokens), models["embedder"],
-                          k=cfg.answer_k, compressor=core_compressor(models["model"]))
+                          k=cfg.answer_k, compressor=core_compressor(models["model"]),
+                          live_only=cfg.memory_view == "live")
     if cfg.system in PEER_SYSTEMS:
         return make_peer(cfg, models)
     raise ValueError(f"unknown system {cfg.system!r}; expected one of {', '.join(SYSTEMS)}")

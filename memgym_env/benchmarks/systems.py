@@ -233,13 +233,16 @@ def holds_answer(text: str, gold: str | None) -> bool:
 
 
 class MemBuilder:
-    """Core + typed entries, written session by session and saved after each (resumable)."""
+    """Core + typed entries, written session by session and saved after each (resumable).
+    ``live_only``: answers retrieve only entries no UPDATE or MERGE replaced (default: every
+    entry, as MemBuilder is published)."""
 
     name = "membuilder"
 
     def __init__(self, build_session: SessionBuilder, embedder, k: int = 10, progress: Callable[[str], None] | None = None,
-                 compressor: Callable[[str, int], str] | None = None):
+                 compressor: Callable[[str, int], str] | None = None, live_only: bool = False):
         self.build_session, self.embedder, self.k, self.compressor = build_session, embedder, k, compressor
+        self.live_only = live_only
         self.progress = progress
         self._banks: dict[str, Any] = {}
 
@@ -266,7 +269,7 @@ class MemBuilder:
 
     def contexts(self, conv: Conversation, items: list[QAItem]) -> list[Context]:
         bank = self._banks[conv.id]
-        hits_per_item = bank.retrieve_many([it.question for it in items], self.k)
+        hits_per_item = bank.retrieve_many([it.question for it in items], self.k, live_only=self.live_only)
         session_of = {m.meta.get("id"): s.id for s in conv.sessions for m in s.messages}
         # Entries know their session only, so a hit's sources are that session's turn ids.
         turns_of = {s.id: sorted({m.meta["id"] for m in s.messages if m.meta.get("id")}) for s in conv.sessions}

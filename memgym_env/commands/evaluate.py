@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from membuilder.agents.assistants import ASSISTANTS
+from membuilder.agents.membuilder_assistant import MEMORY_VIEWS
 from memgym_env.interactive.results import compare
 from memgym_env.interactive.runner import RunConfig, evaluate_one, load_constructor, load_run_models
 from memgym_env.interactive.workers import evaluate_parallel
@@ -20,6 +21,7 @@ EXAMPLES = """examples:
   memgym evaluate --world world.json --assistant native --model smollm2-135m --out runs/native
   memgym evaluate --world world.json --assistant native,rag,awe,awi,membuilder,oracle --out runs/all
   memgym evaluate --world world.json --assistant membuilder --policy-model smollm2-135m --out runs/untrained
+  memgym evaluate --world world.json --assistant membuilder --memory-view live --out runs/membuilder-live
   memgym evaluate --world world.json --assistant rag,oracle --workers 2 --out runs/two-cores
   memgym evaluate --world world.json --assistant rag --replay runs/native --out runs/rag-off
   memgym evaluate --world world.json --assistant mem0,mem0-infer --out runs/mem0   # pip install 'memgym[peers]'
@@ -34,7 +36,8 @@ Each run folder gets results.json, report.txt and plots/ (memory score, failures
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    choices = {"simulator": ("template", "llm"), "evolve": ("none", "question-only", "complete")}
+    choices = {"simulator": ("template", "llm"), "evolve": ("none", "question-only", "complete"),
+               "memory_view": MEMORY_VIEWS}
     for f in dataclasses.fields(RunConfig):
         flag = "--" + f.name.replace("_", "-")
         required = f.default is dataclasses.MISSING

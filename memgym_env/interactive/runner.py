@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from membuilder.agents.assistants import NEEDS_EMBEDDER, make_assistant
-from membuilder.agents.membuilder_assistant import WRITE_PROMPT_TOKENS
+from membuilder.agents.membuilder_assistant import WRITE_PROMPT_TOKENS, check_memory_view
 from membuilder.llm import load_chat_model
 from membuilder.llm.embedders import load_embedder
 from membuilder.llm.registry import TRAINED_POLICY, constructor_spec
@@ -65,6 +65,9 @@ class RunConfig:
     write_prompt_tokens: int = field(default=WRITE_PROMPT_TOKENS, metadata={
         "help": "longest membuilder memory-writing prompt; longer ones lose memory-view entries first. Keep "
                 "write_prompt_tokens + write_tokens within the writing model's context (vLLM: its max_model_len)"})
+    memory_view: str = field(default="all", metadata={
+        "help": "what membuilder's answers retrieve (other assistants ignore it): all (every entry, including "
+                "those an UPDATE or MERGE replaced, as MemBuilder is published) or live (replaced entries left out)"})
     context_tokens: int = field(default=1024, metadata={"help": "most tokens of memory text in a prompt"})
     top_k: int | None = field(default=None, metadata={"help": "retrieved items for rag/awe/mem0 (published default 30)"})
     factual_recall: bool = field(default=True, metadata={"help": "check each period's new facts against memory"})
@@ -72,6 +75,9 @@ class RunConfig:
     evolve: str = field(default="none", metadata={"help": "self-evolution of awe/awi: none, question-only, complete"})
     threads: int | None = field(default=None, metadata={"help": "torch CPU threads (per worker; default: cores / workers)"})
     workers: int = field(default=1, metadata={"help": "processes the users are split over, each with its own model copy (same results)"})
+
+    def __post_init__(self) -> None:
+        check_memory_view(self.memory_view)  # refused before a run folder is claimed
 
     def constructor(self) -> str | None:
         """The model spec that writes a membuilder assistant's memory (None for other assistants)."""
@@ -83,6 +89,8 @@ class RunConfig:
             opts["write_tokens"] = self.write_tokens
         if self.assistant == "membuilder":
             opts["write_prompt_tokens"] = self.write_prompt_tokens
+            if self.memory_view != "all":  # the default stays out, so run folders from before it still resume
+                opts["memory_view"] = self.memory_view
         if self.top_k is not None and self.assistant in ("rag", "awe", "mem0", "mem0-infer"):
             opts["top_k"] = self.top_k
         return opts
