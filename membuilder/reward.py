@@ -22,11 +22,18 @@ Reward density 1/d: a session that does not get the task reward this time is *un
 no question is asked, r_task is taken as 1 (validity and the length penalty remain), and no
 memory type is dominant, so every attribution weight is 1.
 
-ADRPO: h_m counts, over all the session's questions, how many retrieved top-10 entries came
-from memory type m. The dominant type d = argmax h_m (first in order on a tie) gets weight alpha,
-every other agent (Core included) 1; with nothing retrieved there is no dominant type and all
-weights are 1. ``dominant`` is reported whatever alpha is, so alpha = 1 runs log what alpha = 4
-runs log.
+ADRPO's attribution names a dominant memory type d per rollout; d's agent gets weight alpha,
+every other agent 1, and with no dominant type all weights are 1. Two rules (``ATTRIBUTION_RULES``):
+
+* ``retrieval`` (published): h_m counts, over all the session's questions, how many retrieved
+  top-10 entries came from memory type m; d = argmax h_m (first in order on a tie), never Core.
+  On a world whose store is mostly Semantic this names Semantic almost always.
+* ``evidence``: each answered question names the memory that held its evidence (the best-ranked
+  live entry shown that holds it, else Core; ``memgym_env.construction.answers``); d is the type
+  named by more than half of the answered questions that name one (Core included), else none.
+
+Both rules are computed for every rollout (``dominant_by_rule``) whichever one sets the weights,
+and ``dominant`` is reported whatever alpha is, so alpha = 1 runs log what alpha = 4 runs log.
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ CORE_FREE_TOKENS = 150
 CORE_FULL_PENALTY_TOKENS = 400
 RATIO_LOW, RATIO_HIGH = 0.5, 1.3
 TOLERANCE_TOKENS = 200  # published other_length_min_diff_tokens
+ATTRIBUTION_RULES = ("retrieval", "evidence")
 
 
 @dataclass(frozen=True)
@@ -119,13 +127,32 @@ def dominant_type(counts: Mapping[str, int]) -> str | None:
     return max(MEMORY_TYPES, key=lambda t: (counts.get(t, 0), -MEMORY_TYPES.index(t)))
 
 
+def evidence_dominant(evidence_types: Iterable[str | None]) -> str | None:
+    """The memory (Core included) named by more than half of the answered questions that name one; None otherwise."""
+    named = [t for t in evidence_types if t is not None]
+    for t in AGENTS:
+        if 2 * named.count(t) > len(named):
+            return t
+    return None
+
+
 def attribution_weights(counts: Mapping[str, int], alpha: float) -> dict[str, float]:
-    """w_a: alpha for the dominant memory type's agent, 1 for the rest and Core."""
+    """w_a under the retrieval rule: alpha for the most retrieved memory type's agent, 1 for the rest and Core."""
+    return dominant_weights(dominant_type(counts), alpha)
+
+
+def dominant_weights(dominant: str | None, alpha: float) -> dict[str, float]:
+    """w_a: alpha for the dominant memory's agent, 1 for every other agent; all 1 with none dominant."""
     weights = dict.fromkeys(AGENTS, 1.0)
-    dominant = dominant_type(counts)
     if dominant is not None:
         weights[dominant] = float(alpha)
     return weights
+
+
+def check_attribution(rule: Any) -> str:
+    if rule not in ATTRIBUTION_RULES:
+        raise ValueError(f"attribution rule {rule!r}; expected one of {ATTRIBUTION_RULES}")
+    return rule
 
 
 @dataclass
@@ -138,8 +165,9 @@ class CandidateReward:
     valid: dict[str, bool] = field(default_factory=dict)
     length_penalty: dict[str, float] = field(default_factory=dict)
     task_rewarded: bool = True  # False: reward density skipped the task reward for this session
-    dominant: str | None = None  # the memory type most retrieved; None when nothing was retrieved
+    dominant: str | None = None  # the dominant memory under the rule that sets the weights; None: none
     info: dict[str, Any] = field(default_factory=dict)
+    dominant_by_rule: dict[str, str | None] = field(default_factory=dict)  # rule -> its dominant memory
 
     @property
     def reward(self) -> float:
@@ -149,27 +177,34 @@ class CandidateReward:
 def candidate_reward(valid: Mapping[str, bool], tokens_written: Mapping[str, int], tokens_expert: Mapping[str, int],
                      *, task_reward: float | None, counts: Mapping[str, int] | None = None, lam: float = LAMBDA,
                      alpha: float = ALPHA, rule: LengthRule = DEFAULT_LENGTH_RULE,
-                     info: Mapping[str, Any] | None = None) -> CandidateReward:
+                     info: Mapping[str, Any] | None = None, evidence_types: Sequence[str | None] | None = None,
+                     attribution: str = "retrieval") -> CandidateReward:
     """r_a for every agent and the attribution weights of one rollout.
 
     ``task_reward`` None means an unrewarded session (r_task taken as 1, no dominant type).
+    ``counts``: h_m of the retrieval rule; ``evidence_types``: the memory named by each answered
+    question, for the evidence rule; ``attribution`` picks the rule that sets the weights.
     """
     lam = check_lambda(lam)
+    check_attribution(attribution)
     rewarded = task_reward is not None
     task = task_reward if rewarded else 1.0
     penalty = {a: length_penalty(a, tokens_written.get(a, 0), tokens_expert.get(a, 0), rule) if task > 0 else 0.0
                for a in AGENTS}
     counts = dict(counts or {}) if rewarded else dict.fromkeys(MEMORY_TYPES, 0)
+    by_rule = {"retrieval": dominant_type(counts),
+               "evidence": evidence_dominant(evidence_types or ()) if rewarded else None}
     return CandidateReward(
         agent_rewards={a: agent_reward(valid[a], task, penalty[a], lam) for a in AGENTS},
-        weights=attribution_weights(counts, alpha),
+        weights=dominant_weights(by_rule[attribution], alpha),
         task_reward=task if rewarded else 0.0,
         valid=dict(valid),
         length_penalty=penalty,
         task_rewarded=rewarded,
-        dominant=dominant_type(counts),
+        dominant=by_rule[attribution],
         info={"tokens_written": dict(tokens_written), "tokens_expert": dict(tokens_expert),
               "attribution_counts": counts, **(info or {})},
+        dominant_by_rule=by_rule,
     )
 
 

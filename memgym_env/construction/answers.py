@@ -1,11 +1,17 @@
 """Answering and grading a session's questions from each candidate's memory (MemoryGym-v0's r_task).
 
-Three modes: ``evidence`` (no model: is the gold fact in the context the answerer would read; for a
+Four modes: ``evidence`` (no model: is the gold fact in the context the answerer would read; for a
 question whose gold is a date, ``meta["about"]`` names the value the date is about and one line
 of Core or one retrieved entry must hold both: several facts share a session date, so a bare date
 would count every line of that session),
+``stale`` (evidence, and the memory shown tracks the change: it states the current value of every
+variable the question needs and no superseded one as current; ``state_values``),
 ``choice`` (the answerer picks an option by log-probability) and ``llm`` (the answerer writes an
-answer, a judge grades it with a named judge prompt). Identical prompts (two candidates that
+answer, a judge grades it with a named judge prompt).
+
+Whatever the mode, each question's row also names the memory that held its evidence
+(``evidence_type``: the type of the best-ranked live entry shown that holds it, else ``core``
+when the Core block does, else None), which the ``evidence`` attribution rule counts. Identical prompts (two candidates that
 built the same memory) are asked once, and each kind of call is one batch for all candidates.
 
 An answer or verdict that stops at its token limit is *cut*: it is graded as given (usually
@@ -25,9 +31,11 @@ from membuilder.agents import answer as answering
 from membuilder.llm.base import Sampling
 from membuilder.memory import Hit, MemoryBank
 from memgym_env.benchmarks.judges import judge_batch
+from memgym_env.construction.state_values import question_variables, stale_ok, states_current
 from memgym_env.conversation import QAItem
 
-ANSWER_MODES = ("choice", "llm", "evidence")
+ANSWER_MODES = ("choice", "llm", "evidence", "stale")
+MODEL_FREE_MODES = ("evidence", "stale")
 
 
 @dataclass
@@ -106,15 +114,82 @@ def _evidence_rows(forks: Sequence[MemoryBank], hits_of: Sequence[Sequence[Seque
             rows[c][i]["answer"] = "found" if found[key] else "absent"
 
 
+def _live_units(fork: MemoryBank, hits: Sequence[Hit]) -> tuple[tuple[str, str], ...]:
+    """(type, text) of what the answerer is shown that is current memory: Core, then the live hits in rank order."""
+    dead = fork.superseded()
+    return (("core", fork.core.text), *((h.type, h.entry.text) for h in hits if h.id not in dead))
+
+
+def _stale_rows(forks: Sequence[MemoryBank], hits_of: Sequence[Sequence[Sequence[Hit]]],
+                questions: Sequence[QAItem], rows: list[list[dict]]) -> None:
+    """Stale mode: an evidence-correct answer counts only where the memory shown tracks the change."""
+    variables = [question_variables(q) for q in questions]
+    checked: dict[tuple, bool] = {}
+    for c, fork in enumerate(forks):
+        for i in range(len(questions)):
+            row = rows[c][i]
+            if not row["correct"] or not any(v.changed for v in variables[i]):
+                continue
+            units = _live_units(fork, hits_of[c][i])
+            key = (i, units)
+            if key not in checked:
+                checked[key] = stale_ok(variables[i], units)
+            if not checked[key]:
+                row["correct"], row["answer"] = False, "stale"
+
+
+def _evidence_types(forks: Sequence[MemoryBank], hits_of: Sequence[Sequence[Sequence[Hit]]],
+                    questions: Sequence[QAItem], rows: list[list[dict]]) -> None:
+    """Each row's ``evidence_type``, the memory that held the question's evidence, and
+    ``evidence_in``, every memory that held it.
+
+    A unit holds the evidence when the gold (with its ``about`` value) is in that unit alone, or
+    when it states the current value of every variable the question needs. The live entries shown
+    are tried in rank order, then the Core block: Core is always in the answerer's context, so it
+    is named where no retrieved entry holds the answer (a fact only Core kept, or facts spread
+    over its lines). Ranking Core lines beside entries by similarity was tried: an ideal Core holds
+    every current fact in a short line that matches the question best, so it named Core in 383 of
+    389 oracle sessions, as constant as the retrieval rule's Semantic.
+    """
+    golds = [_golds(q) for q in questions]
+    abouts = [_about(q) for q in questions]
+    variables = [question_variables(q) for q in questions]
+    normed: dict[str, str] = {}
+    held: dict[tuple[int, str], bool] = {}
+
+    def norm(t: str) -> str:
+        return normed[t] if t in normed else normed.setdefault(t, _norm(t))
+
+    def holds(i: int, text: str) -> bool:
+        key = (i, text)
+        if key not in held:
+            held[key] = bool(text) and ((bool(golds[i]) and _found(golds[i], abouts[i], [text], norm)) or (
+                bool(variables[i]) and all(states_current(text, v) for v in variables[i])))
+        return held[key]
+
+    found: dict[tuple, tuple[str | None, list[str]]] = {}
+    for c, fork in enumerate(forks):
+        for i in range(len(questions)):
+            units = _live_units(fork, hits_of[c][i])
+            key = (i, units)
+            if key not in found:
+                holders = [kind for kind, text in (*units[1:], units[0]) if holds(i, text)]
+                found[key] = (holders[0] if holders else None), sorted(set(holders))
+            rows[c][i]["evidence_type"], rows[c][i]["evidence_in"] = found[key]
+
+
 def answer_questions(forks: Sequence[MemoryBank], hits_of: Sequence[Sequence[Sequence[Hit]]],
                      questions: Sequence[QAItem], mode: str, models: ScoringModels) -> list[list[dict]]:
-    """One row per (candidate, question): question, gold, answer given, correct, and whether the
-    answer or the verdict stopped at its token limit."""
+    """One row per (candidate, question): question, gold, answer given, correct, whether the
+    answer or the verdict stopped at its token limit, and the memory that held the evidence."""
     rows = [[{"question": q.question, "gold": q.answer, "answer": None, "correct": False,
               "answer_cut": False, "verdict_cut": False}
              for q in questions] for _ in forks]
-    if mode == "evidence":
+    _evidence_types(forks, hits_of, questions, rows)
+    if mode in MODEL_FREE_MODES:
         _evidence_rows(forks, hits_of, questions, rows)
+        if mode == "stale":
+            _stale_rows(forks, hits_of, questions, rows)
         return rows
     if mode not in ANSWER_MODES:
         raise ValueError(f"answer mode {mode!r}; expected one of {ANSWER_MODES}")

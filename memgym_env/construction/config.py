@@ -10,11 +10,20 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from membuilder.reward import ALPHA, LAMBDA, check_lambda
+from membuilder.reward import ALPHA, ATTRIBUTION_RULES, LAMBDA, check_lambda
 from memgym_env.benchmarks.judges import JUDGE_PROMPTS
 from memgym_env.construction.answers import ANSWER_MODES
 
 SNAPSHOT_MODES = ("expert", "on_policy")
+ANSWER_VIEWS = ("all", "live")
+# The two named reward settings. published: MemBuilder's reward as released (every entry retrievable,
+# evidence by gold string, attribution by retrieval counts), the defaults, and what reproduces
+# published numbers. tracks_change: a memory that keeps a replaced value as current loses the question,
+# the answerer reads the live view, and attribution follows the evidence (configs/env/construction_cpu_change.yaml).
+REWARD_SETTINGS: dict[str, dict[str, str]] = {
+    "published": {"answer_mode": "evidence", "answer_view": "all", "attribution": "retrieval"},
+    "tracks_change": {"answer_mode": "stale", "answer_view": "live", "attribution": "evidence"},
+}
 
 
 @dataclass
@@ -48,8 +57,18 @@ class ConstructionConfig:
     answer_mode: str = field(default="choice", metadata={
         "help": "how r_task answers a question from memory: choice (the answerer picks an option by "
                 "log-probability, as AMemGym asks multiple choice), llm (the answerer writes an answer and a "
-                "judge grades it, as MemBuilder's reward does) or evidence (no model: correct when the gold "
-                "fact is in the context the answerer would read)"})
+                "judge grades it, as MemBuilder's reward does), evidence (no model: correct when the gold "
+                "fact is in the context the answerer would read; published) or stale (evidence, and the memory "
+                "shown states the current value of every variable the question needs and no replaced value as "
+                "current; see memgym_env/construction/state_values.py)"})
+    answer_view: str | None = field(default=None, metadata={
+        "help": "what the answerer's top-k is drawn from: all (every entry, replaced ones kept as history: "
+                "MemBuilder's published retrieval) or live (entries an UPDATE or MERGE replaced are left out); "
+                "None: live in stale mode, all otherwise"})
+    attribution: str = field(default="retrieval", metadata={
+        "help": "ADRPO's rule for the dominant memory type: retrieval (published: the type most retrieved over "
+                "the session's questions, never Core) or evidence (the memory, Core included, that held the "
+                "evidence of more than half of the answered questions; none: every weight 1)"})
     answerer: str = field(default="smollm2-135m", metadata={
         "help": "chat model spec that answers the questions (choice, llm): a registry name, a local folder or "
                 "openai:NAME@URL; its tokenizer also counts the lengths of the length penalty"})
@@ -92,6 +111,10 @@ class ConstructionConfig:
     def __post_init__(self) -> None:
         if self.answer_mode not in ANSWER_MODES:
             raise ValueError(f"answer_mode {self.answer_mode!r}; expected one of {ANSWER_MODES}")
+        if self.answer_view is not None and self.answer_view not in ANSWER_VIEWS:
+            raise ValueError(f"answer_view {self.answer_view!r}; expected one of {ANSWER_VIEWS} or null")
+        if self.attribution not in ATTRIBUTION_RULES:
+            raise ValueError(f"attribution {self.attribution!r}; expected one of {ATTRIBUTION_RULES}")
         if self.snapshot not in SNAPSHOT_MODES:
             raise ValueError(f"snapshot {self.snapshot!r}; expected one of {SNAPSHOT_MODES}")
         if self.source not in ("world", "conversation"):
@@ -106,6 +129,18 @@ class ConstructionConfig:
             raise ValueError(f"lam: {exc}") from None
         if not isinstance(self.alpha, (int, float)) or self.alpha < 1:
             raise ValueError(f"alpha must be a number >= 1 (1 = plain GRPO); got {self.alpha!r}")
+
+    @property
+    def live_view(self) -> bool:
+        """Whether the answerer reads only live entries (``answer_view``, or the mode's default)."""
+        return (self.answer_view or ("live" if self.answer_mode == "stale" else "all")) == "live"
+
+    @property
+    def reward_setting(self) -> str | None:
+        """The named setting these fields make up (``REWARD_SETTINGS``), or None for another mix."""
+        mine = {"answer_mode": self.answer_mode, "answer_view": "live" if self.live_view else "all",
+                "attribution": self.attribution}
+        return next((name for name, fields_ in REWARD_SETTINGS.items() if fields_ == mine), None)
 
     @classmethod
     def from_yaml(cls, path: str | Path | None, **overrides: Any) -> ConstructionConfig:

@@ -97,7 +97,8 @@ class MemoryGymEnv(gym.Env):
     | `source` | `"world"` | `"world"` or `"conversation"` |
     | `world_path` / `world_config` / `world_overrides` | `None` / base / 2 users, 2 periods | which world |
     | `conversation_path`, `qa_path`, `expert_path` | `None` | conversation source files |
-    | `answer_mode` | `"choice"` | `"choice"` (log-prob multiple choice), `"llm"` (answer + judge), `"evidence"` (no model) |
+    | `answer_mode` | `"choice"` | `"choice"` (log-prob multiple choice), `"llm"` (answer + judge), `"evidence"` (no model), `"stale"` (evidence, and no replaced value stated as current) |
+    | `answer_view`, `attribution` | `None` (live in stale mode, else all), `"retrieval"` | what the answerer reads; ADRPO's attribution rule (`"evidence"` follows the memory that held the answer) |
     | `answerer`, `judge`, `embedder` | `smollm2-135m`, answerer, `minilm` | model specs |
     | `judge_prompt` | `"locomo"` | the judge prompt that grades `llm` answers (`locomo`: Mem0's generous J as published, `locomo-strict`, `longmemeval`, `perltqa`) |
     | `answer_max_tokens`, `judge_max_tokens` | 48, 24 | token limits; a reply cut at its limit is counted in `info` |
@@ -212,11 +213,12 @@ class MemoryGymEnv(gym.Env):
         # 2. answer: the session's questions, from Core + top-k (skipped on an unrewarded session)
         answers = hits = None
         if self._rewarded[self._index] and questions:
-            hits = retrieve_for_questions([bank], questions, c.answer_k)
+            hits = retrieve_for_questions([bank], questions, c.answer_k, live_only=c.live_view)
             answers = answer_questions([bank], hits, questions, c.answer_mode, self._models)
         # 3. reward: validity, task reward, length penalty, attribution (membuilder.reward)
         (reward,) = reward_candidates([applied], answers, hits, self._expert_output(),
-                                      count_tokens=token_counter(self._models), lam=c.lam, alpha=c.alpha)
+                                      count_tokens=token_counter(self._models), lam=c.lam, alpha=c.alpha,
+                                      attribution=c.attribution)
         self._warn_if_cut(reward)
         # 4. advance: the next session starts from the expert's memory or from this one
         self._index += 1
@@ -234,7 +236,8 @@ class MemoryGymEnv(gym.Env):
             self._bank, session, self._episode.conversation.qa_for_session(session.id), candidates,
             mode=self.config.answer_mode, models=self._models, expert_output=self._expert_output(),
             task_rewarded=self._rewarded[self._index], alpha=self.config.alpha if alpha is None else alpha,
-            lam=self.config.lam, answer_k=self.config.answer_k)
+            lam=self.config.lam, answer_k=self.config.answer_k, live_view=self.config.live_view,
+            attribution=self.config.attribution)
         for s in scored:
             self._warn_if_cut(s.reward)
         return [s.reward for s in scored]
@@ -288,6 +291,7 @@ class MemoryGymEnv(gym.Env):
             "agent_rewards": reward.agent_rewards,
             "weights": reward.weights,
             "dominant": reward.dominant,
+            "dominant_by_rule": reward.dominant_by_rule,
             "task_reward": reward.task_reward,
             "task_rewarded": reward.task_rewarded,
             "valid": reward.valid,

@@ -42,12 +42,13 @@ from membuilder.memory import (
 )
 from membuilder.memory.ops import AGENTS, Parsed, entry_texts, parse, written_text
 from membuilder.reward import CandidateReward
-from memgym_env.construction.answers import ANSWER_MODES, ScoringModels, answer_questions
+from memgym_env.construction.actions import noop_action
+from memgym_env.construction.answers import ANSWER_MODES, MODEL_FREE_MODES, ScoringModels, answer_questions
 from memgym_env.construction.config import ConstructionConfig
 from memgym_env.construction.episodes import Episode, expert_snapshots, load_episodes
 from memgym_env.conversation import QAItem, Session
 
-__all__ = ["ANSWER_MODES", "ScoredCandidate", "ScoringModels", "apply_candidates", "load_scoring_models",
+__all__ = ["ANSWER_MODES", "SESSION_PICKS", "ScoredCandidate", "pick_sessions", "ScoringModels", "apply_candidates", "load_scoring_models",
            "retrieve_for_questions", "reward_candidates", "score_session", "SessionScorer"]
 
 # Served answerers and judges (vLLM, SGLang) of thinking models (Qwen3) otherwise think first and
@@ -71,7 +72,7 @@ def load_scoring_models(config) -> tuple[EmbeddingCache, ScoringModels]:
 
     models = ScoringModels(judge_prompt=config.judge_prompt, answer_max_tokens=config.answer_max_tokens,
                            judge_max_tokens=config.judge_max_tokens)
-    if config.answer_mode != "evidence":
+    if config.answer_mode not in MODEL_FREE_MODES:
         models.answerer = chat(config.answerer)
         if config.answer_mode == "llm" and config.judge and config.judge != config.answerer:
             models.judge = chat(config.judge)
@@ -129,11 +130,12 @@ def apply_candidates(snapshot: MemoryBank, session: Session,
     return forks, applied
 
 
-def retrieve_for_questions(forks: Sequence[MemoryBank], questions: Sequence[QAItem], k: int) -> list[list[list[Hit]]]:
+def retrieve_for_questions(forks: Sequence[MemoryBank], questions: Sequence[QAItem], k: int,
+                           live_only: bool = False) -> list[list[list[Hit]]]:
     """Stage 2a: each fork's top-k for each question, in one batched search over the shared snapshot.
 
     Forks that share a store (candidates with the same entry writes) read it once and get the
-    same hit lists.
+    same hit lists. ``live_only``: entries an UPDATE or MERGE replaced are left out (the live view).
     """
     if not forks or not questions:
         return [[] for _ in forks]
@@ -142,7 +144,8 @@ def retrieve_for_questions(forks: Sequence[MemoryBank], questions: Sequence[QAIt
         first.setdefault(id(fork.store), c)
     readers = list(first.values())
     vectors = forks[0].cache.embed([q.question for q in questions])
-    flat = search_stores([forks[c].store for c in readers for _ in questions], np.tile(vectors, (len(readers), 1)), k)
+    flat = search_stores([forks[c].store for c in readers for _ in questions], np.tile(vectors, (len(readers), 1)), k,
+                         live_only=live_only)
     n = len(questions)
     hits_of = {c: flat[j * n:(j + 1) * n] for j, c in enumerate(readers)}
     return [hits_of[first[id(fork.store)]] for fork in forks]
@@ -151,7 +154,7 @@ def retrieve_for_questions(forks: Sequence[MemoryBank], questions: Sequence[QAIt
 def reward_candidates(applied: Sequence[Mapping[str, Applied]], answers: Sequence[Sequence[dict]] | None,
                       hits_of: Sequence[Sequence[Sequence[Hit]]] | None, expert_output: Mapping[str, str] | None,
                       *, count_tokens=R.approx_tokens, lam: float = R.LAMBDA, alpha: float = R.ALPHA,
-                      rule: R.LengthRule = R.DEFAULT_LENGTH_RULE) -> list[R.CandidateReward]:
+                      rule: R.LengthRule = R.DEFAULT_LENGTH_RULE, attribution: str = "retrieval") -> list[R.CandidateReward]:
     """Stage 3: r_a and attribution weights per candidate. ``answers`` None = an unrewarded session."""
     expert_text = {a: written_text(parse(a, expert_output[a]).ops) if expert_output and a in expert_output else ""
                    for a in AGENTS}
@@ -176,7 +179,8 @@ def reward_candidates(applied: Sequence[Mapping[str, Applied]], answers: Sequenc
             counts = counts_of[key]
         out.append(R.candidate_reward(
             {a: done[a].valid for a in AGENTS}, R.written_tokens({a: done[a].new_text for a in AGENTS}, count),
-            tokens_expert, task_reward=task, counts=counts, lam=lam, alpha=alpha, rule=rule,
+            tokens_expert, task_reward=task, counts=counts, lam=lam, alpha=alpha, rule=rule, attribution=attribution,
+            evidence_types=[r.get("evidence_type") for r in rows if r["correct"]],
             info={"errors": {a: done[a].errors for a in AGENTS if done[a].errors},
                   "warnings": {a: done[a].warnings for a in AGENTS if done[a].warnings},
                   "questions": rows,
@@ -188,29 +192,61 @@ def reward_candidates(applied: Sequence[Mapping[str, Applied]], answers: Sequenc
 def score_session(snapshot: MemoryBank, session: Session, questions: Sequence[QAItem],
                   candidates: Sequence[Mapping[str, str]], *, mode: str, models: ScoringModels,
                   expert_output: Mapping[str, str] | None = None, task_rewarded: bool = True, alpha: float = R.ALPHA,
-                  lam: float = R.LAMBDA, answer_k: int = 10) -> list[ScoredCandidate]:
-    """All three stages for G candidates of one session."""
+                  lam: float = R.LAMBDA, answer_k: int = 10, live_view: bool = False,
+                  attribution: str = "retrieval") -> list[ScoredCandidate]:
+    """All three stages for G candidates of one session (``live_view``: the answerer reads live entries only)."""
     if mode not in ANSWER_MODES:
         raise ValueError(f"answer mode {mode!r}; expected one of {ANSWER_MODES}")
     forks, applied = apply_candidates(snapshot, session, candidates)
     answers = hits_of = None
     if task_rewarded and questions:  # a session without questions is scored as an unrewarded one
-        hits_of = retrieve_for_questions(forks, questions, answer_k)
+        hits_of = retrieve_for_questions(forks, questions, answer_k, live_only=live_view)
         answers = answer_questions(forks, hits_of, questions, mode, models)
     rewards = reward_candidates(applied, answers, hits_of, expert_output, count_tokens=token_counter(models),
-                                lam=lam, alpha=alpha)
+                                lam=lam, alpha=alpha, attribution=attribution)
     return [ScoredCandidate(r, f, a) for r, f, a in zip(rewards, forks, applied, strict=True)]
+
+
+SESSION_PICKS = ("first", "every_period")
+
+
+def pick_sessions(periods: Sequence[int], n: int | None, pick: str = "first") -> list[int]:
+    """Indices of the sessions a scorer keeps, given each session's period: the first ``n``
+    (``first``), or ``n`` drawn round-robin over the periods, each period's earliest first
+    (``every_period``: a user's first sessions start from an empty memory, so a set of first
+    sessions only measures writing from nothing). ``n`` None keeps them all."""
+    if pick not in SESSION_PICKS:
+        raise ValueError(f"session pick {pick!r}; expected one of {SESSION_PICKS}")
+    everything = list(range(len(periods)))
+    if n is None or n >= len(periods):
+        return everything
+    if pick == "first":
+        return everything[:n]
+    by_period: dict[int, list[int]] = {}
+    for j, p in enumerate(periods):
+        by_period.setdefault(p, []).append(j)
+    queues = [list(v) for _, v in sorted(by_period.items())]
+    chosen: list[int] = []
+    while len(chosen) < n:
+        for q in queues:
+            if q and len(chosen) < n:
+                chosen.append(q.pop(0))
+    return sorted(chosen)
 
 
 class SessionScorer:
     """Every (chosen) session of a ``ConstructionConfig``'s episodes, scorable by key ``"<conversation>/<session>"``.
 
-    ``users`` picks episodes by index (None: all); ``max_sessions_per_user`` keeps the first N
-    sessions of each. ``reward_density``, ``lam`` and ``alpha`` are the config's.
+    ``users`` picks episodes by index (None: all); ``max_sessions_per_user`` keeps N sessions of
+    each, the first N (``pick="first"``) or N spread over every period (``pick="every_period"``,
+    ``pick_sessions``). ``reward_density``, ``lam`` and ``alpha`` are the config's.
+
+    ``baselines(key)`` scores writing nothing and the expert once per session (cached): the
+    reward a session gives for free, and the most it gives.
     """
 
     def __init__(self, config: ConstructionConfig, users: Sequence[int] | None = None,
-                 max_sessions_per_user: int | None = None):
+                 max_sessions_per_user: int | None = None, pick: str = "first"):
         if config.snapshot != "expert":
             raise ValueError("the trainer's scorer replays sessions out of order, so it needs snapshot 'expert' "
                              "(the memory before a session is the expert's); on_policy is for env.step")
@@ -219,13 +255,17 @@ class SessionScorer:
         episodes = load_episodes(config)
         self.cache, self.models = load_scoring_models(config)
         self._sessions: dict[str, tuple[Episode, int, MemoryBank]] = {}
+        self._baselines: dict[str, dict[str, CandidateReward]] = {}
         for u in range(len(episodes)) if users is None else users:
             if not 0 <= u < len(episodes):
                 raise ValueError(f"user index {u} out of range: the world has {len(episodes)} users "
                                  f"(env config world_overrides={config.world_overrides}, world_path={config.world_path})")
             ep = episodes[u]
-            for j, bank in enumerate(expert_snapshots(ep, self.cache, max_sessions_per_user)[:-1]):
-                self._sessions[f"{ep.conversation.id}/{ep.conversation.sessions[j].id}"] = (ep, j, bank)
+            periods = [int(s.meta.get("period", 0) or 0) for s in ep.conversation.sessions]
+            keep = pick_sessions(periods, max_sessions_per_user, pick)
+            snapshots = expert_snapshots(ep, self.cache, max(keep) + 1 if keep else 0)
+            for j in keep:
+                self._sessions[f"{ep.conversation.id}/{ep.conversation.sessions[j].id}"] = (ep, j, snapshots[j])
 
     def session_keys(self) -> list[str]:
         return list(self._sessions)
@@ -248,8 +288,22 @@ class SessionScorer:
         s, c = ep.conversation.sessions[j], self.config
         scored = score_session(bank, s, ep.conversation.qa_for_session(s.id), candidates, mode=c.answer_mode,
                                models=self.models, expert_output=ep.expert_outputs[j], task_rewarded=task_rewarded,
-                               alpha=c.alpha, lam=c.lam, answer_k=c.answer_k)
+                               alpha=c.alpha, lam=c.lam, answer_k=c.answer_k, live_view=c.live_view,
+                               attribution=c.attribution)
         return [x.reward for x in scored]
+
+    def period(self, session_key: str) -> int:
+        ep, j, _ = self._lookup(session_key)
+        return int(ep.conversation.sessions[j].meta.get("period", 0) or 0)
+
+    def baselines(self, session_key: str) -> dict[str, CandidateReward]:
+        """``{"noop": ..., "oracle": ...}``: the rewards of writing nothing and of the expert's
+        action on this session (task-rewarded), scored once and kept."""
+        if session_key not in self._baselines:
+            _, _, bank = self._lookup(session_key)
+            noop, oracle = self.score(session_key, [noop_action(bank.core.text), self.expert_action(session_key)])
+            self._baselines[session_key] = {"noop": noop, "oracle": oracle}
+        return self._baselines[session_key]
 
     def _lookup(self, key: str):
         if key not in self._sessions:

@@ -22,6 +22,7 @@ from membuilder.reward import CandidateReward
 MAX_CANDIDATES = 256
 REWARD_FIELDS = ("agent_rewards", "weights", "task_reward", "valid", "length_penalty", "task_rewarded", "dominant",
                  "info")
+OPTIONAL_REWARD_FIELDS = ("dominant_by_rule",)  # absent from servers that predate the evidence attribution rule
 
 
 def read_score_request(body: Mapping[str, Any]) -> tuple[str, list[dict[str, str]], bool]:
@@ -61,7 +62,7 @@ def score_request(session_key: str, candidates: Sequence[Mapping[str, str]], tas
 
 
 def reward_to_json(reward: CandidateReward) -> dict[str, Any]:
-    return {name: getattr(reward, name) for name in REWARD_FIELDS}
+    return {name: getattr(reward, name) for name in REWARD_FIELDS + OPTIONAL_REWARD_FIELDS}
 
 
 def reward_from_json(data: Any, where: str = "reward") -> CandidateReward:
@@ -76,7 +77,10 @@ def reward_from_json(data: Any, where: str = "reward") -> CandidateReward:
         if not isinstance(values, dict) or set(values) != set(AGENTS) or not all(
                 isinstance(v, (int, float)) and not isinstance(v, bool) for v in values.values()):
             raise ValueError(f"{where}.{name}: expected a number for each of {list(AGENTS)}, got {values!r}")
-    return CandidateReward(**{name: data[name] for name in REWARD_FIELDS})
+    by_rule = data.get("dominant_by_rule") or {}
+    if not isinstance(by_rule, dict):
+        raise ValueError(f"{where}.dominant_by_rule: expected an object, got {_describe(by_rule)}")
+    return CandidateReward(**{name: data[name] for name in REWARD_FIELDS}, dominant_by_rule=dict(by_rule))
 
 
 def dumps(payload: Any) -> str:

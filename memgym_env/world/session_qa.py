@@ -11,6 +11,10 @@ multiple-choice options (MemBuilder's mix, protocols §2):
   a date, and ``meta["about"]`` holds the value that date is about, so evidence scoring can ask
   for the fact (the date with the value), not any line that carries the same date.
 
+Every question's ``meta["states"]`` gives, for each variable it needs, the values the user has
+revealed so far (the last is current; the earlier ones were replaced) and how each value may be
+written, so stale-aware scoring can tell a memory that tracked the change from one that did not.
+
 The mix (default 50/30/20) and the count per session come from ``SessionQAConfig``; when a
 category has too few candidates for a session the others fill in, so every session that reveals
 something gets at least 3 questions.
@@ -116,10 +120,21 @@ def _candidates(user: WorldUser, said_now: list[_Said], said_before: list[_Said]
     return out
 
 
+def value_states(user: WorldUser, variable: str, history: list[str]) -> dict:
+    """What stale-aware scoring needs of one variable (``memgym_env.construction.state_values``):
+    the values revealed so far, in order (the last is current, earlier ones are superseded), and
+    how each value of its schema is written (its readable text; raw names such as ``office`` are
+    common words, so they are not matched)."""
+    info = variable_info(user, variable)
+    phrasings = {v: [info.text(v)] for v in [*user.state_schema.get(variable, []), *history]}
+    return {"history": list(history), "phrasings": phrasings}
+
+
 def session_qa(user: WorldUser, config: SessionQAConfig | None = None, seed: int = 0) -> list[QAItem]:
     """Questions for every session of ``user``; ``QAItem.session`` names the session they follow."""
     config = config or SessionQAConfig()
     known: dict[str, str] = {}
+    history: dict[str, list[str]] = {}  # variable -> the values revealed so far, in order
     said_before: list[_Said] = []
     dates: list[str] = []
     items: list[QAItem] = []
@@ -131,6 +146,7 @@ def session_qa(user: WorldUser, config: SessionQAConfig | None = None, seed: int
             if known.get(var) != value:
                 said_now.append(_Said(ref.id, s.date, var, value, known.get(var)))
                 known[var] = value
+                history.setdefault(var, []).append(value)
         rng = random.Random(f"memgym-session-qa-{seed}-{user.id}-{ref.id}")
         pools = {c: [] for c in QA_CATEGORIES}
         for cand in _candidates(user, said_now, said_before, sorted(set(dates))):
@@ -150,7 +166,8 @@ def session_qa(user: WorldUser, config: SessionQAConfig | None = None, seed: int
                 id=f"{user.id}:{ref.id}:q{k}", question=cand.question, answer=cand.answer, category=cand.category,
                 evidence=list(dict.fromkeys(cand.evidence)), session=ref.id, question_date=s.session_time,
                 choices=_choices(cand.answer, cand.wrong, rng),
-                meta={"variables": cand.variables, **({"about": cand.about} if cand.about else {})},
+                meta={"variables": cand.variables, **({"about": cand.about} if cand.about else {}),
+                      "states": {v: value_states(user, v, history.get(v, [])) for v in cand.variables}},
             ))
         said_before += said_now
     return items
