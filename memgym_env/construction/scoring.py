@@ -292,6 +292,11 @@ class SessionScorer:
                                attribution=c.attribution)
         return [x.reward for x in scored]
 
+    def locate(self, session_key: str) -> tuple[Episode, int]:
+        """The episode a session belongs to and its index there."""
+        ep, j, _ = self._lookup(session_key)
+        return ep, j
+
     def period(self, session_key: str) -> int:
         ep, j, _ = self._lookup(session_key)
         return int(ep.conversation.sessions[j].meta.get("period", 0) or 0)
