@@ -8,8 +8,8 @@ each value of the variable may be written (``world.session_qa.value_states``).
 
 1. The text is split into clauses at ``|``, ``;``, line breaks and sentence ends, and each clause
    is normalised as the evidence check does (case folded, punctuation dropped).
-2. Every phrasing of every value of the variable is found as whole words; overlapping finds keep
-   the longest ("a french press" hides "french press"), so each span names one value.
+2. Every phrasing of every value of the variable (and every mask) is found as whole words;
+   overlapping finds keep the longest, so each span names one value.
 3. A find is *history*, not a claim about now, when a history cue precedes it in its clause
    ("previously", "formerly", "used to", "was", "were", "from", "before", "earlier", "until",
    "no longer", "prior to") with no turn word between them ("to", "now", "currently",
@@ -25,8 +25,9 @@ claim. Superseded entries (named by a later UPDATE or MERGE) are history too: th
 them out, and when history is shown they are not claims. A question whose variables never changed
 (or that carries no ``states``, as conversation files do) is left to the evidence check alone.
 
-Known limit: a phrasing of one variable's value inside another variable's text is read as a
-mention ("french" inside "a french press"); the catalog has one such pair.
+A value of another variable that contains one of this variable's phrasings ("a french press"
+holds "french") comes as a *mask* (``states[var]["masks"]``): its span is that other value's, so
+a Core line about the coffee maker is not read as a claim about the language learned.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class VariableValues:
     name: str
     history: tuple[str, ...]
     phrasings: Mapping[str, tuple[str, ...]]
+    masks: tuple[str, ...] = ()  # other variables' values that contain one of these phrasings
 
     @property
     def current(self) -> str | None:
@@ -82,7 +84,8 @@ def question_variables(item: QAItem) -> list[VariableValues]:
                      for v, ps in (spec.get("phrasings") or {}).items()}
         for v in history:
             phrasings.setdefault(v, (normalise(v.replace("_", " ")),))  # a world without readable texts
-        out.append(VariableValues(str(name), history, phrasings))
+        masks = tuple(p for p in (normalise(str(x)) for x in spec.get("masks") or ()) if p)
+        out.append(VariableValues(str(name), history, phrasings, masks))
     return out
 
 
@@ -93,8 +96,8 @@ def mentions(text: str, var: VariableValues) -> list[tuple[str, bool]]:
         norm = normalise(clause)
         if not norm:
             continue
-        spans: list[tuple[int, int, str]] = []
-        for value, phrasings in var.phrasings.items():
+        spans: list[tuple[int, int, str | None]] = []
+        for value, phrasings in [*var.phrasings.items(), (None, var.masks)]:
             for p in phrasings:
                 for m in re.finditer(rf"(?<!\w){re.escape(p)}(?!\w)", norm):
                     spans.append((m.start(), m.end(), value))
@@ -102,8 +105,9 @@ def mentions(text: str, var: VariableValues) -> list[tuple[str, bool]]:
         for start, end, value in sorted(spans, key=lambda s: (-(s[1] - s[0]), s[0])):
             if all(end <= a or start >= b for a, b, _ in taken):
                 taken.append((start, end, value))
-        for start, _, value in sorted(taken):
-            found.append((value, not _is_history(norm[:start])))
+        for start, _, value in sorted(taken, key=lambda s: s[0]):
+            if value is not None:  # a mask: another variable's value
+                found.append((value, not _is_history(norm[:start])))
     return found
 
 

@@ -23,6 +23,7 @@ something gets at least 3 questions.
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 
 from memgym_env.conversation import QAItem
@@ -127,7 +128,13 @@ def value_states(user: WorldUser, variable: str, history: list[str]) -> dict:
     common words, so they are not matched)."""
     info = variable_info(user, variable)
     phrasings = {v: [info.text(v)] for v in [*user.state_schema.get(variable, []), *history]}
-    return {"history": list(history), "phrasings": phrasings}
+    # Another variable's value that contains one of these ("a french press" holds "french"): the
+    # matcher reads such a span as that other value, not as this variable's.
+    mine = [re.compile(rf"(?<!\w){re.escape(p.casefold())}(?!\w)") for ps in phrasings.values() for p in ps]
+    masks = sorted({text for other, values in user.state_schema.items() if other != variable
+                    for text in (variable_info(user, other).text(v) for v in values)
+                    if any(m.search(text.casefold()) for m in mine)})
+    return {"history": list(history), "phrasings": phrasings, **({"masks": masks} if masks else {})}
 
 
 def session_qa(user: WorldUser, config: SessionQAConfig | None = None, seed: int = 0) -> list[QAItem]:

@@ -63,8 +63,11 @@ def test_matcher_reads_history_cues_and_longest_phrasing():
         [("espresso", False), ("pour_over", True)]
     assert mentions("I used to own an espresso machine; now pour-over with a gooseneck kettle", var) == \
         [("espresso", False), ("pour_over", True)]
-    french = VariableValues("lang", ("french", "german"), {"french": ("french",), "press": ("a french press",)})
-    assert mentions("a french press", french) == [("press", True)]  # the longest phrasing owns the span
+    lang = VariableValues("lang", ("french", "german"), {"french": ("french",), "german": ("german",)},
+                          masks=("a french press",))
+    assert mentions("Coffee: a french press; Language: german, previously french", lang) == \
+        [("german", True), ("french", False)]  # the coffee maker is not a claim about the language
+    assert stale_ok([lang], [("core", "Coffee: a french press\nLanguage: german")])
 
 
 def test_core_append_beside_the_old_value_fails_and_replace_passes(cache):
@@ -138,7 +141,7 @@ def test_published_mode_gives_the_rewards_it_gave_before_the_stale_mode():
     assert sorted(scorer.session_keys()) == sorted(pinned)
     for key in scorer.session_keys():
         expert = scorer.expert_action(key)
-        cands = [expert, updates_as_adds(replaces_as_appends(expert)), noop_action(scorer.observation(key)["core"])]
+        cands = [expert, updates_as_adds(replaces_as_appends(expert)), noop_action(scorer.core_before(key))]
         got = [{"agent_rewards": r.agent_rewards, "weights": r.weights, "dominant": r.dominant,
                 "task_reward": r.task_reward} for r in scorer.score(key, cands)]
         assert got == pinned[key], key
