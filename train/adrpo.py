@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from membuilder.training.adrpo import ADRPOConfig, ADRPOTrainer
 from membuilder.training.format_scorer import FormatScorer
 from membuilder.training.prompts import rl_rows, token_counter
-from memgym_env.construction.scoring import SessionScorer
+from memgym_env.construction.scoring import SessionScorer, pick_sessions
 from memgym_env.serving.remote_scorer import RemoteScorer
 from train.common import (  # noqa: E402
     BenchmarkEvalArgs,
@@ -38,6 +38,7 @@ from train.common import (  # noqa: E402
     parse_users,
     peft_from,
     require_vllm,
+    session_periods,
     train_and_finish,
 )
 
@@ -61,7 +62,7 @@ def make_scorer(script: ADRPOScriptArgs, users: list[int]):
     """The reward of this run: the env config's scorer over the chosen users' sessions."""
     config = script.construction_config()
     if script.scorer == "format":
-        records = expert_records(config, users, script.max_sessions_per_user)
+        records = expert_records(config, users, script.max_sessions_per_user, pick=script.session_pick)
         return FormatScorer({r["key"]: r["observation"] for r in records}, lam=config.lam,
                             experts={r["key"]: r["outputs"] for r in records})
     if script.scorer == "remote":
@@ -73,20 +74,19 @@ def make_scorer(script: ADRPOScriptArgs, users: list[int]):
                             expected_config=config)
     if script.scorer != "env":
         raise SystemExit(f"scorer must be 'env', 'remote' or 'format', not {script.scorer!r}")
-    return SessionScorer(config, users, script.max_sessions_per_user)
+    return SessionScorer(config, users, script.max_sessions_per_user, pick=script.session_pick)
 
 
 def user_keys(script: ADRPOScriptArgs, scorer, users: list[int]) -> list[str]:
-    """The scorer's session keys that belong to ``users`` (keys are ``<conversation>/<session>``)."""
-    ids = {ep.conversation.id for ep in chosen_episodes(script.construction_config(), users)}
-    keys, per_user = [], {}
-    for k in scorer.session_keys():
-        user = k.split("/")[0]
-        per_user[user] = per_user.get(user, 0) + 1
-        # A remote scorer may serve more sessions of a user than this run asks for.
-        if user in ids and (script.max_sessions_per_user is None or per_user[user] <= script.max_sessions_per_user):
-            keys.append(k)
-    return keys
+    """The scorer's session keys that belong to ``users`` and to the sessions this run picks of them
+    (``max_sessions_per_user``, ``session_pick``; keys are ``<conversation>/<session>``): a remote scorer
+    may serve more sessions of a user than this run asks for."""
+    wanted = set()
+    for ep in chosen_episodes(script.construction_config(), users):
+        sessions = ep.conversation.sessions
+        wanted |= {f"{ep.conversation.id}/{sessions[j].id}"
+                   for j in pick_sessions(session_periods(ep), script.max_sessions_per_user, script.session_pick)}
+    return [k for k in scorer.session_keys() if k in wanted]
 
 
 def build(argv=None):

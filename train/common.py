@@ -26,6 +26,7 @@ from membuilder.training.trajectories import write_jsonl
 from memgym_env.benchmarks.runner import EvalConfig
 from memgym_env.construction.config import ConstructionConfig
 from memgym_env.construction.episodes import Episode, expert_snapshots, load_episodes
+from memgym_env.construction.scoring import SESSION_PICKS, pick_sessions
 from train.benchmark_callback import BenchmarkEvalCallback
 
 
@@ -45,13 +46,19 @@ class EnvArgs:
         "help": "ConstructionConfig fields over env_config: a YAML mapping in a config file, JSON on the command "
                 "line (it replaces the file's mapping)."})
     users: str = field(default="0-9", metadata={"help": "Users (episodes) to read, e.g. '0-9' or '0,2,5'."})
-    max_sessions_per_user: int | None = field(default=None, metadata={"help": "Keep the first N sessions of each user."})
+    max_sessions_per_user: int | None = field(default=None, metadata={
+        "help": "Keep N sessions of each user (which N: session_pick); None keeps them all."})
+    session_pick: str = field(default="first", metadata={
+        "help": "Which max_sessions_per_user sessions of each user: 'first' (the first N), or 'every_period' (N spread "
+                "over every period, each period's earliest first)."})
 
     def __post_init__(self) -> None:
         if isinstance(self.env_overrides, str):
             self.env_overrides = yaml.safe_load(self.env_overrides) or {}
         if not isinstance(self.env_overrides, dict):
             raise ValueError(f"env_overrides must be a mapping of ConstructionConfig fields; got {self.env_overrides!r}")
+        if self.session_pick not in SESSION_PICKS:
+            raise ValueError(f"session_pick {self.session_pick!r}; expected one of {SESSION_PICKS}")
         if hasattr(super(), "__post_init__"):  # script args mix EnvArgs with BenchmarkEvalArgs
             super().__post_init__()
 
@@ -142,15 +149,23 @@ def chosen_episodes(config: ConstructionConfig, users: list[int]) -> list[Episod
     return [episodes[u] for u in users]
 
 
+def session_periods(ep: Episode) -> list[int]:
+    """Each session's period, as ``SessionScorer`` reads it (0 where a session names none)."""
+    return [int(s.meta.get("period", 0) or 0) for s in ep.conversation.sessions]
+
+
 def expert_records(config: ConstructionConfig, users: list[int], limit: int | None = None,
-                   jsonl: str | None = None) -> list[dict[str, Any]]:
+                   jsonl: str | None = None, pick: str = "first") -> list[dict[str, Any]]:
     """The expert's (the world oracle's) trajectory for each chosen user: per session the
-    observation on the expert's own memory and the four outputs, keyed as the env's scorer keys them."""
+    observation on the expert's own memory and the four outputs, keyed as the env's scorer keys them;
+    ``limit`` sessions of each user, picked as ``SessionScorer`` picks them (``pick``)."""
     cache = EmbeddingCache(load_embedder(config.embedder))
     records = []
     for ep in chosen_episodes(config, users):
-        for j, bank in enumerate(expert_snapshots(ep, cache, limit)[:-1]):
-            s = ep.conversation.sessions[j]
+        keep = pick_sessions(session_periods(ep), limit, pick)
+        snapshots = expert_snapshots(ep, cache, max(keep) + 1 if keep else 0)
+        for j in keep:
+            bank, s = snapshots[j], ep.conversation.sessions[j]
             records.append({"key": f"{ep.conversation.id}/{s.id}", "time": s.time, "source": "oracle",
                             "observation": build_observation(bank, s.render(), s.time, config.view_k),
                             "outputs": dict(ep.expert_outputs[j])})

@@ -60,7 +60,7 @@ def build(argv=None):
         dataset = scorer_dataset(scorer, agents, tokenizer, script.max_prompt_tokens)
     else:
         dataset, scorer = memory_dataset(config, parse_users(script.users), script.max_sessions_per_user, agents,
-                                         tokenizer, script.max_prompt_tokens)
+                                         tokenizer, script.max_prompt_tokens, pick=script.session_pick)
     print(f"plain GRPO rows: {len(dataset)} (sessions x agents {agents}), G={args.num_generations}")
     trainer = GRPOTrainer(model=model, reward_funcs=SessionReward(scorer, seed=args.seed), args=args,
                           train_dataset=dataset, processing_class=tokenizer, peft_config=peft_from(model_args, model))

@@ -63,7 +63,11 @@ def sft_records(args: SFTScriptArgs):
     if args.expert == "oracle":
         if args.conversations:
             raise SystemExit("the oracle expert only knows world users; give an LLM expert for `conversations`")
-        return expert_records(config, parse_users(args.users), args.max_sessions_per_user, args.trajectories_jsonl)
+        return expert_records(config, parse_users(args.users), args.max_sessions_per_user, args.trajectories_jsonl,
+                              pick=args.session_pick)
+    if args.session_pick != "first":  # an LLM expert writes its memory session after session, from the first
+        raise SystemExit(f"session_pick {args.session_pick!r} needs the oracle expert; an LLM expert ({args.expert}) "
+                         "writes the first max_sessions_per_user sessions in order (session_pick: first)")
     if args.conversations:
         convs = [Conversation.load(p) for p in args.conversations]
     else:

@@ -86,6 +86,13 @@ def evaluate_policy(model, tokenizer, scorers: Mapping[str, CandidateScorer], se
     limit}, "reward": {name: mean r}, "task_reward": {name: mean}, "session_rewards": {name: [r per
     session]}, "session_keys": [...], "sessions": n, "outputs": {key: {agent: text}}}``; ``reward`` is the mean over agents of
     r_a = 1[valid_a] * r_task * (1 - lambda * l_a), the quantity ADRPO maximises.
+
+    A scorer with ``baselines(key)`` (writing nothing and the expert on each session) also gives, per
+    scorer name, ``noop_reward``, ``oracle_reward``, ``gain`` (the policy's reward minus the no-op's,
+    mean over sessions: what the policy's writing added), ``oracle_gain`` (the most writing adds here)
+    and per session ``session_noop`` and ``session_oracle``; with ``period(key)`` too, ``per_period``:
+    ``{name: {period (a string, as JSON keeps it): {"sessions", "reward", "noop", "oracle"}}}``
+    (``noop`` and ``oracle`` None without baselines).
     """
     if not scorers:
         raise ValueError("evaluate_policy needs at least one scorer")
@@ -112,10 +119,42 @@ def evaluate_policy(model, tokenizer, scorers: Mapping[str, CandidateScorer], se
     valid = {a: sum(parse(a, outputs[k][a]).valid for k in keys) / n for a in AGENTS}
     cut_rate = {a: sum(was_cut[k][a] for k in keys) / n for a in AGENTS}
     reward, task, per_session = {}, {}, {}
+    learnable: dict[str, dict[str, Any]] = defaultdict(dict)  # the no-op / oracle keys, where a scorer has baselines
     for name, scorer in scorers.items():
         scored = [scorer.score(k, [outputs[k]])[0] for k in keys]
         per_session[name] = [float(r.reward) for r in scored]
         reward[name] = sum(per_session[name]) / n
         task[name] = sum(r.task_reward for r in scored) / n
+        for key, value in baseline_summary(scorer, keys, per_session[name]).items():
+            learnable[key][name] = value
     return {"valid_rate": valid, "cut_rate": cut_rate, "reward": reward, "task_reward": task,
-            "session_rewards": per_session, "session_keys": keys, "sessions": len(keys), "outputs": dict(outputs)}
+            "session_rewards": per_session, "session_keys": keys, "sessions": len(keys), "outputs": dict(outputs),
+            **learnable}
+
+
+def baseline_summary(scorer: CandidateScorer, keys: Sequence[str], rewards: Sequence[float]) -> dict[str, Any]:
+    """What writing could add on ``keys``, given the policy's reward on each: the scorer's no-op and oracle
+    rewards, the gains, and the per-period breakdown (each where the scorer offers ``baselines`` / ``period``)."""
+    baselines, period = getattr(scorer, "baselines", None), getattr(scorer, "period", None)
+    n = max(1, len(keys))
+    out: dict[str, Any] = {}
+    noop = oracle = None
+    if callable(baselines):
+        both = [baselines(k) for k in keys]
+        noop = [float(b["noop"].reward) for b in both]
+        oracle = [float(b["oracle"].reward) for b in both]
+        out = {"noop_reward": sum(noop) / n, "oracle_reward": sum(oracle) / n,
+               "gain": sum(r - z for r, z in zip(rewards, noop, strict=True)) / n,
+               "oracle_gain": sum(o - z for o, z in zip(oracle, noop, strict=True)) / n,
+               "session_noop": noop, "session_oracle": oracle}
+    if callable(period):
+        rows: dict[int, list[int]] = defaultdict(list)
+        for i, k in enumerate(keys):
+            rows[int(period(k))].append(i)
+
+        def mean(values, idx):
+            return None if values is None else sum(values[i] for i in idx) / len(idx)
+
+        out["per_period"] = {str(p): {"sessions": len(idx), "reward": mean(rewards, idx), "noop": mean(noop, idx),
+                                      "oracle": mean(oracle, idx)} for p, idx in sorted(rows.items())}
+    return out

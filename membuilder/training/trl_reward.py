@@ -20,17 +20,31 @@ Metrics, one set whichever trainer runs (each averaged over the batch's rows):
 ``reward/valid_<agent>``, ``reward/length_penalty_<agent>``, ``adrpo/weight_<agent>``,
 ``adrpo/weight_mean``, ``adrpo/dominant_<type>``, ``adrpo/dominant_none`` and ``time/score``. TRL
 logs the rewards themselves as ``rewards/session_reward/mean``.
+
+Both attribution rules, whichever one sets the weights (``CandidateReward.dominant_by_rule``; a
+reward without a rule, e.g. from an older remote server, logs nothing for it), for rule in
+``retrieval`` and ``evidence``: ``attribution/<rule>/dominant_<core|episodic|semantic|procedural|none>``,
+the share of the batch's rollouts, and ``attribution/<rule>/entropy``, the entropy in bits of that
+distribution (one value per batch; over several processes, the mean of each process's).
+
+The learnable share, when the scorer has ``baselines(key)`` (MemoryGym-v0's ``SessionScorer``:
+the rewards of writing nothing and of the expert, scored once per session): ``reward/noop`` and
+``reward/oracle`` (mean over the batch's task-rewarded sessions), ``reward/oracle_gain`` (oracle
+minus no-op, the most a policy can add), and ``reward/gain``: each task-rewarded rollout's session
+reward (``CandidateReward.reward``, the mean over agents) minus its session's no-op reward, mean
+over rollouts. An unrewarded session has no task reward to compare, so it is left out of all four.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from membuilder.memory.ops import AGENTS, SEARCHABLE_AGENTS
-from membuilder.reward import CandidateReward, CandidateScorer, task_rewarded_coin
+from membuilder.reward import ATTRIBUTION_RULES, CandidateReward, CandidateScorer, task_rewarded_coin
 
 ScoreRequest = tuple[str, list[dict[str, str]], bool]  # (session key, G candidates, task_rewarded)
 
@@ -42,6 +56,27 @@ def completion_text(completion: Any) -> str:
     if isinstance(completion, Mapping):
         return str(completion.get("content", ""))
     return "".join(m.get("content", "") for m in completion if m.get("role") == "assistant")
+
+
+def entropy_bits(shares: list[float]) -> float:
+    """Entropy in bits of a distribution given as shares summing to 1."""
+    return max(0.0, -sum(p * math.log2(p) for p in shares if p > 0))
+
+
+def attribution_stats(results: list[CandidateReward]) -> dict[str, list[float]]:
+    """Per rule, whether each of ``results`` names each dominant memory (or none): one 0/1 a rollout, so
+    their mean is the share and the means of several processes combine by rollouts; and the entropy of
+    those shares, one value."""
+    out: dict[str, list[float]] = {}
+    for rule in ATTRIBUTION_RULES:
+        named = [c.dominant_by_rule[rule] for c in results if rule in (c.dominant_by_rule or {})]
+        if not named:
+            continue
+        for t in (*AGENTS, None):
+            out[f"attribution/{rule}/dominant_{t or 'none'}"] = [float(d == t) for d in named]
+        shares = [sum(d == t for d in named) / len(named) for t in (*AGENTS, None)]
+        out[f"attribution/{rule}/entropy"] = [entropy_bits(shares)]
+    return out
 
 
 def score_sessions(scorer: CandidateScorer, requests: list[ScoreRequest]) -> list[list[CandidateReward]]:
@@ -114,6 +149,9 @@ class SessionReward:
         scored = score_sessions(self.scorer, requests)
         rewards, weights, rewarded_rows = [0.0] * len(prompts), [1.0] * len(prompts), [True] * len(prompts)
         stats: dict[str, list[float]] = defaultdict(list)
+        baselines = getattr(self.scorer, "baselines", None)
+        baselines = baselines if callable(baselines) else None
+        seen: set[str] = set()  # sessions whose baselines are counted already (a cut session is several groups)
         for (key, rows), (_, candidates, rewarded), results in zip(groups, requests, scored, strict=True):
             if len(results) != len(candidates):
                 raise RuntimeError(f"session {key!r}: the scorer returned {len(results)} rewards for "
@@ -134,6 +172,16 @@ class SessionReward:
                 for m in SEARCHABLE_AGENTS:
                     stats[f"adrpo/dominant_{m}"].append(float(c.dominant == m))
                 stats["adrpo/dominant_none"].append(float(c.dominant is None))
+            if baselines is not None and rewarded:
+                base = baselines(key)
+                noop, oracle = float(base["noop"].reward), float(base["oracle"].reward)
+                stats["reward/gain"] += [float(c.reward) - noop for c in results]
+                if key not in seen:
+                    seen.add(key)
+                    stats["reward/noop"].append(noop)
+                    stats["reward/oracle"].append(oracle)
+                    stats["reward/oracle_gain"].append(oracle - noop)
+        stats.update(attribution_stats([c for results in scored for c in results]))
         stats["adrpo/weight_mean"] = list(weights)
         stats["time/score"] = [time.perf_counter() - started]
         self.last_weights, self.last_rewards, self.last_rewarded = weights, rewards, rewarded_rows

@@ -49,11 +49,12 @@ def scorer_dataset(scorer: CandidateScorer, agents: Sequence[str] = AGENTS, toke
 
 def memory_dataset(config: ConstructionConfig, users: Sequence[int] | None = None,
                    max_sessions_per_user: int | None = None, agents: Sequence[str] = AGENTS, tokenizer=None,
-                   max_prompt_tokens: int | None = None):
+                   max_prompt_tokens: int | None = None, pick: str = "first"):
     """``(datasets.Dataset, SessionScorer)`` for a world or conversation source named by ``config``.
 
     The scorer replays the expert's memory before each session, so rows can be sampled in any
-    order; pass it to ``SessionReward``.
+    order; pass it to ``SessionReward``. ``max_sessions_per_user`` sessions of each user are kept,
+    the first ones or, with ``pick="every_period"``, spread over every period (``SessionScorer``).
     """
-    scorer = SessionScorer(config, users, max_sessions_per_user)
+    scorer = SessionScorer(config, users, max_sessions_per_user, pick=pick)
     return scorer_dataset(scorer, agents, tokenizer, max_prompt_tokens), scorer

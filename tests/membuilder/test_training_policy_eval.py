@@ -31,3 +31,26 @@ def test_a_chat_model_evaluates_as_the_causal_lm_does(scorers):
     assert set(direct["cut_rate"]) == set(AGENTS)
     # 24 tokens hold no memory JSON the base model would write: some outputs are cut, and counted
     assert 0 < sum(direct["cut_rate"].values())
+
+
+def test_the_evaluation_reports_what_writing_can_add_per_scorer_and_period():
+    """A scorer with baselines adds the no-op and oracle rewards and the gains; with periods, a breakdown."""
+    config = ConstructionConfig.from_yaml("configs/env/construction_cpu.yaml", answer_mode="evidence",
+                                          world_overrides={"num_users": 1, "num_periods": 2, "rounds_update": 1},
+                                          questions_per_session=3)
+    scorer = SessionScorer(config, [0], 2, pick="every_period")
+    keys = scorer.session_keys()
+    chat = smollm2()
+    res = evaluate_policy(chat, chat.tokenizer, {"evidence": scorer}, max_new_tokens=8, max_prompt_tokens=384)
+    noop = [scorer.baselines(k)["noop"].reward for k in keys]
+    oracle = [scorer.baselines(k)["oracle"].reward for k in keys]
+    assert res["session_noop"]["evidence"] == noop and res["session_oracle"]["evidence"] == oracle
+    assert res["noop_reward"]["evidence"] == pytest.approx(sum(noop) / 2)
+    assert res["oracle_reward"]["evidence"] == pytest.approx(sum(oracle) / 2)
+    assert res["gain"]["evidence"] == pytest.approx(res["reward"]["evidence"] - res["noop_reward"]["evidence"])
+    assert res["oracle_gain"]["evidence"] == pytest.approx(res["oracle_reward"]["evidence"] - res["noop_reward"]["evidence"])
+    per = res["per_period"]["evidence"]
+    assert sorted(per) == sorted(str(scorer.period(k)) for k in keys) and len(per) == 2  # one session of each
+    for k, r, z, o in zip(keys, res["session_rewards"]["evidence"], noop, oracle, strict=True):
+        assert per[str(scorer.period(k))] == {"sessions": 1, "reward": r, "noop": z, "oracle": o}
+    assert set(res) >= {"valid_rate", "cut_rate", "reward", "task_reward", "session_rewards", "session_keys"}

@@ -75,6 +75,13 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
         lo, hi = r["reward_evidence_ci"]
         assert 0.0 <= lo <= r["reward_evidence"] <= hi <= 1.0
         assert r["reward_choice"] is None and r["eval_engine"] == "transformers"
+        # the held-out set's no-op and oracle rewards, and the stage's gain over no-op against the oracle's
+        assert r["held_out_pick"] == "every_period"
+        assert r["noop_evidence"] == saved[0]["noop_evidence"] and r["oracle_evidence"] == saved[0]["oracle_evidence"]
+        assert r["gain_evidence"] == pytest.approx(r["reward_evidence"] - r["noop_evidence"])
+        assert r["oracle_gain_evidence"] == pytest.approx(r["oracle_evidence"] - r["noop_evidence"])
+        assert len(r["gain_evidence_ci"]) == 2
+        assert sum(p["sessions"] for p in r["per_period_evidence"].values()) == 3
     # the interactive memory score ran the MemBuilder assistant once per stage (a random tiny model's
     # score is mostly undefined: its upper bound is no better than chance)
     for label in ("base", "sft", "adrpo seed 0", "grpo seed 1"):
@@ -106,6 +113,7 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
         assert (tmp_path / "results" / name).stat().st_size > 10_000
     md = (tmp_path / "results" / "ladder.md").read_text()
     assert "| adrpo | 1 |" in md and "SFT above base" in md
+    assert "Writing nothing scores" in md and "3 of each user spread over every period" in md
     assert "- ADRPO (alpha 4) over seeds 0, 1 (seed 0 " in md and "- GRPO (alpha 1) over seeds 0, 1 (seed 0 " in md
     assert [r["alpha"] for r in saved] == [None, None, 4.0, 1.0, 4.0, 1.0]
     assert "Learning signal" in md and "GRPO seed 1, train reward over the first 1 of 2 steps" in md
@@ -154,6 +162,24 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
     again = ladder.main(_argv(tiny_path, tmp_path))
     assert again == rows and json.loads(stale.read_text())["memory_settings"]["write_tokens"] == 8
     assert [p.stat().st_mtime_ns for p in done if p != stale] == [s for p, s in zip(done, stamps) if p != stale]
+    # an evaluation cached under another session pick (an older ladder's took each user's first sessions) is made
+    # again; one cached before evaluations held the no-op and oracle rewards gets them without generating again
+    base_eval = tmp_path / "work" / "eval" / "base.transformers.json"
+    cached = json.loads(base_eval.read_text())
+    assert cached["session_pick"] == "every_period" and cached["noop_reward"]["evidence"] == rows[0]["noop_evidence"]
+    base_eval.write_text(json.dumps({**cached, "session_pick": "first"}))
+    sft_eval = tmp_path / "work" / "eval" / "sft.transformers.json"
+    older = {k: v for k, v in json.loads(sft_eval.read_text()).items()
+             if k not in ("noop_reward", "oracle_reward", "gain", "oracle_gain", "session_noop", "session_oracle")}
+    sft_eval.write_text(json.dumps(older))
+    again = ladder.main(_argv(tiny_path, tmp_path))
+
+    def timeless(rs):
+        return [{k: v for k, v in r.items() if k != "eval_seconds"} for r in rs]
+
+    assert timeless(again) == timeless(rows) and json.loads(base_eval.read_text())["session_pick"] == "every_period"
+    assert "noop_reward" not in json.loads(sft_eval.read_text())  # filled in, not generated again
+    rows = again  # the base row's evaluation time is the remade evaluation's
 
     # an RL ablation (ADRPO with alpha 2, no GRPO) takes this ladder's SFT stage and evaluations instead of
     # making them again

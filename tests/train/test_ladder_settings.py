@@ -131,6 +131,12 @@ def test_a_work_folder_made_under_the_flat_names_resumes_and_lends_its_sft_stage
     check_work_dir(parse_args([*LADDER, "--work_dir", str(old)]), old)
     check_work_dir(parse_args([*LADDER, "--work_dir", str(old), "--report_only", "true"]), old)
     assert json.loads((old / "settings.json").read_text()) == OLD_SETTINGS  # read, not rewritten
+    # it evaluated each held-out user's first sessions; either pick resumes it, since each cached evaluation
+    # records its pick and one made with another is made again (train.ladder.evaluator.Evaluator.same_sessions)
+    assert parse_args(LADDER).eval_session_pick == "every_period"
+    check_work_dir(parse_args([*LADDER, "--work_dir", str(old), "--eval_session_pick", "first"]), old)
+    with pytest.raises(ValueError, match="eval_session_pick 'last'"):
+        parse_args([*LADDER, "--eval_session_pick", "last"])
     with pytest.raises(SystemExit, match=r"stages\.sft\.overrides\.learning_rate 0\.001 -> 0\.002"):
         check_work_dir(parse_args([*LADDER, "--set", "stages.sft.overrides.learning_rate=0.002"]), old)
     # an alpha 2 ablation takes its SFT stage

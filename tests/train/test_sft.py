@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -23,6 +24,7 @@ from membuilder.training.trajectories import (  # noqa: E402
 )
 from memgym_env.construction.config import ConstructionConfig  # noqa: E402
 from memgym_env.construction.episodes import load_episodes  # noqa: E402
+from memgym_env.construction.scoring import SessionScorer  # noqa: E402
 from train.common import expert_records  # noqa: E402
 
 CONFIG = ConstructionConfig(world_config="configs/env/base.yaml", world_overrides={"num_users": 2, "num_periods": 2})
@@ -64,6 +66,15 @@ def test_oracle_dataset_renders_the_policy_prompts_on_the_expert_snapshot(episod
     assert rows[2 * 4 + 2]["messages"][-1]["content"] == expected["semantic"]
     ds = to_dataset(rows)
     assert ds.column_names == ["messages", "session_key", "agent", "source"] and len(ds) == 24
+
+
+def test_oracle_records_can_spread_over_every_period_as_the_scorer_picks():
+    """session_pick every_period: the sessions the env's scorer keeps, each on the expert's memory before it."""
+    spread = expert_records(CONFIG, [0], limit=2, pick="every_period")
+    scorer = SessionScorer(dataclasses.replace(CONFIG, answer_mode="evidence"), [0], 2, pick="every_period")
+    assert [r["key"] for r in spread] == scorer.session_keys()
+    assert len({scorer.period(k) for k in scorer.session_keys()}) == 2  # not the first two sessions
+    assert [r["observation"] for r in spread] == [scorer.observation(k) for k in scorer.session_keys()]
 
 
 def test_keep_empty_rows_drops_a_stable_share_of_answers_that_write_nothing():

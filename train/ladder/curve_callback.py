@@ -19,9 +19,10 @@ class CurveCallback(TrainerCallback):
     def __init__(self, evaluator, every: int, sessions: int, label: str, path: Path | None = None):
         self.evaluator, self.every, self.label, self.path = evaluator, every, label, path
         self.keys = evaluator.keys[:sessions]
-        # a resumed run keeps the points its earlier sittings measured
-        self.points: list[dict[str, float]] = (json.loads(path.read_text(encoding="utf-8"))
-                                               if path is not None and path.exists() else [])
+        self.pick = evaluator.a.eval_session_pick
+        # a resumed run keeps the points its earlier sittings measured on the same held-out sessions
+        self.points: list[dict[str, float]] = same_pick(json.loads(path.read_text(encoding="utf-8"))
+                                                        if path is not None and path.exists() else [], self.pick)
         self.trainer = None
 
     def attach(self, trainer) -> None:
@@ -48,8 +49,13 @@ class CurveCallback(TrainerCallback):
         if was_training:
             model.train()
         point = {"step": state.global_step, "held_out_reward": res["reward"]["evidence"],
-                 "engine": "transformers" if generator is model else "vllm"}
+                 "engine": "transformers" if generator is model else "vllm", "session_pick": self.pick}
         # a step redone after a resume replaces the point its first sitting measured
         self.points = [p for p in self.points if p["step"] != point["step"]] + [point]
         if self.path is not None:
             write_json(self.path, self.points)
+
+
+def same_pick(points: list[dict], pick: str) -> list[dict]:
+    """The curve points measured on held-out sessions picked by ``pick`` (a point without one took the first)."""
+    return [p for p in points if p.get("session_pick", "first") == pick]

@@ -1,6 +1,11 @@
 """The training ladder's held-out evaluation of a stage: MemoryGym-v0's session reward on the held-out users'
 sessions (greedy, on ``eval_engine``) and the interactive memory score of the MemBuilder assistant writing
-memory with the stage's policy; each cached in the ladder's work folder per engine."""
+memory with the stage's policy; each cached in the ladder's work folder per engine.
+
+The held-out sessions are ``eval_sessions_per_user`` of each held-out user, picked by ``eval_session_pick``
+(by default spread over every period). Each evaluation also carries the held-out set's no-op and oracle
+rewards (writing nothing, and the expert's writing: ``SessionScorer.baselines``), so a stage reads as its gain
+over no-op against the oracle's gain, the ceiling."""
 
 from __future__ import annotations
 
@@ -17,13 +22,13 @@ from membuilder.llm import load_chat_model
 from membuilder.llm.registry import resolve_chat_path
 from membuilder.plumbing.json_files import atomic_write_text
 from membuilder.plumbing.stats import bootstrap_ci
-from membuilder.training.policy_eval import evaluate_policy
-from memgym_env.construction.scoring import SessionScorer
+from membuilder.training.policy_eval import baseline_summary, evaluate_policy
+from memgym_env.construction.scoring import SessionScorer, pick_sessions
 from memgym_env.interactive.runner import RunConfig, evaluate_one, load_run_models
 from memgym_env.world.config import load_config
 from memgym_env.world.data_json import read_world, write_world
 from memgym_env.world.offline import generate_world
-from train.common import chosen_episodes, load_policy, parse_users
+from train.common import chosen_episodes, load_policy, parse_users, session_periods
 from train.ladder.settings import ENGINE_CONTEXT, LadderArgs
 
 
@@ -35,11 +40,11 @@ class Evaluator:
         if set(users) & set(parse_users(a.train_users)):
             raise SystemExit(f"held_out_users {a.held_out_users!r} overlap train_users {a.train_users!r}")
         self.scorers = {"evidence": SessionScorer(a.construction_config(answer_mode="evidence"), users,
-                                                  a.eval_sessions_per_user)}
+                                                  a.eval_sessions_per_user, pick=a.eval_session_pick)}
         if a.choice_answerer:
             self.scorers["choice"] = SessionScorer(a.construction_config(answer_mode="choice",
                                                                          answerer=a.choice_answerer),
-                                                   users, a.eval_sessions_per_user)
+                                                   users, a.eval_sessions_per_user, pick=a.eval_session_pick)
         self.keys = self.scorers["evidence"].session_keys()
         self.users = sorted({k.split("/")[0] for k in self.keys})
         self.a, self.work = a, work
@@ -76,16 +81,34 @@ class Evaluator:
         del model
         gc.collect()
         res["engine"] = self.a.eval_engine
+        res["session_pick"] = self.a.eval_session_pick
         res["reward_ci"] = {name: bootstrap_ci(v) for name, v in res["session_rewards"].items()}
         res["eval_seconds"] = round(time.perf_counter() - t0, 1)
         return res
 
     def cached(self, policy: str, label: str, name: str) -> dict[str, Any]:
         """Held-out generation and the memory score of one stage, each cached on its own."""
-        res = cached_json(self.cache(name), lambda: self(policy, label))
+        res = self.with_baselines(cached_json(self.cache(name), lambda: self(policy, label), valid=self.same_sessions))
         memory = cached_json(self.cache(f"{name}-memory"), lambda: self.memory_score(policy, label),
                              valid=lambda m: m.get("memory_settings") == self.memory_settings())
         return {**res, **memory}
+
+    def same_sessions(self, res: dict[str, Any]) -> bool:
+        """Whether a cached evaluation scored this ladder's held-out sessions: made with its pick (one cached
+        before evaluations recorded their pick took the first sessions)."""
+        return res.get("session_pick", "first") == self.a.eval_session_pick
+
+    def with_baselines(self, res: dict[str, Any]) -> dict[str, Any]:
+        """A cached evaluation with the no-op and oracle keys ``evaluate_policy`` returns today: one made before
+        them gets them here (they depend on the sessions alone, not on the policy), without generating again."""
+        if "noop_reward" in res:
+            return res
+        res = dict(res)
+        for name, rewards in res["session_rewards"].items():
+            if name in self.scorers:
+                for key, value in baseline_summary(self.scorers[name], res["session_keys"], rewards).items():
+                    res.setdefault(key, {})[name] = value
+        return res
 
     def memory_settings(self) -> dict[str, int]:
         """How the memory score's MemBuilder assistant writes: the stage's output limit, as in RL and the held-out
@@ -146,13 +169,14 @@ def oracle_over_limit(a: LadderArgs) -> dict[str, Any]:
     config = a.construction_config()
     out: dict[str, Any] = {"limit": a.max_completion_tokens}
     rl_sessions = a.stage_config(a.rl_stages[0] if a.rl_stages else "adrpo")["max_sessions_per_user"]
-    for name, users, limit in (("train", a.train_users, rl_sessions),
-                               ("held_out", a.held_out_users, a.eval_sessions_per_user)):
+    rl_pick = a.stage_config(a.rl_stages[0] if a.rl_stages else "adrpo").get("session_pick", "first")
+    for name, users, limit, pick in (("train", a.train_users, rl_sessions, rl_pick),
+                                     ("held_out", a.held_out_users, a.eval_sessions_per_user, a.eval_session_pick)):
         over: dict[str, int] = {}
         longest: dict[str, int] = {}
         sessions = 0
         for ep in chosen_episodes(config, parse_users(users)):
-            outputs = ep.expert_outputs[:limit] if limit else ep.expert_outputs
+            outputs = [ep.expert_outputs[j] for j in pick_sessions(session_periods(ep), limit or None, pick)]
             sessions += len(outputs)
             for session in outputs:
                 for agent, text in session.items():

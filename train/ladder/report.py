@@ -29,13 +29,16 @@ def _num(v, fmt: str = ".3f") -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = ("| stage | seed | " + " | ".join(f"valid {a}" for a in AGENTS)
-            + " | cut at limit | evidence reward [95% CI] | memory score [95% CI] | sessions |")
-    lines = [head, "|" + "---|" * (6 + len(AGENTS))]
+            + " | cut at limit | evidence reward [95% CI] | gain over no-op [95% CI] / oracle's | memory score [95% CI] "
+              "| sessions |")
+    lines = [head, "|" + "---|" * (7 + len(AGENTS))]
     for r in rows:
         cut = r.get("cut_rate") or {}
         lines.append(f"| {r['stage']} | {r['seed']} | " + " | ".join(f"{r['valid_rate'][a]:.2f}" for a in AGENTS)
                      + f" | {max(cut.values()) if cut else 0:.2f} | {r['reward_evidence']:.3f} "
-                       f"{_ci(r.get('reward_evidence_ci'))} | {_num(r.get('memory_score'))} "
+                       f"{_ci(r.get('reward_evidence_ci'))} | {_num(r.get('gain_evidence'), '+.3f')} "
+                       f"{_ci(r.get('gain_evidence_ci'))} / {_num(r.get('oracle_gain_evidence'), '+.3f')} "
+                       f"| {_num(r.get('memory_score'))} "
                        f"{_ci(r.get('memory_score_ci'))} | {r['held_out_sessions']} |")
     return "\n".join(lines)
 
@@ -237,6 +240,23 @@ def plot_curves(rows: list[dict[str, Any]], path: Path, progress: list[dict[str,
     plt.close(fig)
 
 
+def learnable_note(rows: list[dict[str, Any]]) -> str:
+    """The held-out set's no-op and oracle evidence rewards, overall and per period, from the first row that has
+    them (every row scores the same sessions): what writing can add there."""
+    r = next((r for r in rows if r.get("noop_evidence") is not None), None)
+    if r is None:
+        return ""
+    line = (f"Writing nothing scores {r['noop_evidence']:.3f} on these sessions (no-op) and the expert's writing "
+            f"{r['oracle_evidence']:.3f} (oracle): a stage's gain over no-op is its reward minus the no-op's, at most "
+            f"the oracle's gain {r['oracle_gain_evidence']:+.3f}.")
+    periods = r.get("per_period_evidence") or {}
+    if periods:
+        line += " Per period: " + "; ".join(
+            f"{p}: {v['sessions']} sessions, no-op {_num(v.get('noop'))}, oracle {_num(v.get('oracle'))}"
+            for p, v in sorted(periods.items(), key=lambda kv: int(kv[0]))) + "."
+    return line
+
+
 def oracle_note(oracle: dict[str, Any] | None) -> str:
     """One line: how many oracle outputs the completion limit would cut (``ladder.oracle_over_limit``)."""
     if not oracle:
@@ -283,6 +303,12 @@ def action_lines(runs: list[dict[str, Any]], plot_name: str) -> list[str]:
                 f"an edit of memory that must exist ({EDIT_NAMES}), nothing, or invalid"
                 + (f"; {plot_name} plots the RL runs' edit share" if train else "") + ":", "",
             *[f"- {line}" for line in held + train]]
+
+
+def _pick(a) -> str:
+    n = a.eval_sessions_per_user
+    return (f"{n} of each user spread over every period" if a.eval_session_pick == "every_period"
+            else f"the first {n} of each user")
 
 
 def _kv_cache(a) -> str:
@@ -346,9 +372,10 @@ def write_results(a, rows: list[dict[str, Any]], seconds: float, argv: list[str]
           f"far: {compute / 60:.1f} min on {os.cpu_count()} CPU cores, {platform.platform()}; torch "
           f"{torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}.", "",
           f"Held-out: {rows[0]['held_out_sessions'] if rows else 0} sessions of users {a.held_out_users} of the world "
-          f"(training users {a.train_users}); greedy decoding on {a.eval_engine} (RL rollouts on {a.rl_engine}"
+          f"({_pick(a)}; training users {a.train_users}); greedy decoding on {a.eval_engine} (RL rollouts on {a.rl_engine}"
           f"{_vllm_version()}{_kv_cache(a)}); intervals are 95% percentile bootstraps over sessions "
           "(evidence reward) and over (user, period) cells (memory score).", "",
+          *([learnable_note(rows), ""] if learnable_note(rows) else []),
           *([oracle_note(oracle), ""] if oracle else []),
           table(rows), "", "Goals, read off the intervals:", ""]
     md += [f"- {v}" for v in verdicts(rows)]

@@ -10,7 +10,10 @@ Every stage is evaluated on held-out users of the same world (never in SFT or RL
 
 * JSON validity per agent and the share of outputs cut at the token limit;
 * MemoryGym-v0's session reward in ``evidence`` mode, with a 95% bootstrap interval over
-  sessions (and in ``choice`` mode when ``choice_answerer`` is set);
+  sessions (and in ``choice`` mode when ``choice_answerer`` is set), on sessions spread over
+  every period of the held-out users (``eval_session_pick``);
+* its gain over writing nothing (the reward minus the no-op's, session by session), against the
+  oracle's gain, the most writing adds on those sessions;
 * the memory score of MemoryGym-Interactive-v0's MemBuilder assistant writing memory with the
   stage's policy, on a small world of its own users, with a 95% bootstrap interval over
   (user, period) cells;
@@ -36,9 +39,10 @@ from pathlib import Path
 from typing import Any
 
 from membuilder.plumbing.json_files import atomic_write_bytes, write_json
+from membuilder.plumbing.stats import bootstrap_ci
 from membuilder.training.checkpoints import save_policy
 from train import adrpo, sft
-from train.ladder.curve_callback import CurveCallback
+from train.ladder.curve_callback import CurveCallback, same_pick
 from train.ladder.evaluator import Evaluator, cached_json, oracle_over_limit
 from train.ladder.policy_actions import held_out_actions, rollout_actions
 from train.ladder.report import recipe_command, recipe_config, table, write_results
@@ -129,9 +133,10 @@ def _train_rewards(log_history: list[dict[str, Any]]) -> dict[int, float]:
 
 
 def run_progress(folder: Path, stage: str, seed: int, start: dict[str, Any], curve_keys: list[str],
-                 steps: int) -> dict[str, Any] | None:
+                 steps: int, pick: str | None = None) -> dict[str, Any] | None:
     """Where an RL run stopped part-way stands at its last checkpoint: the step, its training time and the
-    curve so far (train reward from the checkpoint's log, held-out points up to it); None without one."""
+    curve so far (train reward from the checkpoint's log, held-out points up to it, those measured on sessions
+    picked by ``pick`` where it is given); None without one."""
     from transformers.trainer_utils import get_last_checkpoint
 
     last = get_last_checkpoint(str(folder)) if folder.is_dir() else None
@@ -141,8 +146,8 @@ def run_progress(folder: Path, stage: str, seed: int, start: dict[str, Any], cur
     step = int(state["global_step"])
     clock = json.loads((folder / CLOCK).read_text(encoding="utf-8")) if (folder / CLOCK).exists() else {}
     partial = folder / "curve_points.partial.json"
-    points = [p for p in (json.loads(partial.read_text(encoding="utf-8")) if partial.exists() else [])
-              if p["step"] <= step]
+    points = json.loads(partial.read_text(encoding="utf-8")) if partial.exists() else []
+    points = [p for p in (points if pick is None else same_pick(points, pick)) if p["step"] <= step]
     return {"stage": stage, "seed": seed, "step": step, "steps": steps,
             "train_seconds": clock.get("at_checkpoint", {}).get(Path(last).name),
             "train_signal": rl_signal(folder, until=step), "train_actions": rollout_actions(folder, until=step),
@@ -197,7 +202,23 @@ def row(stage: str, seed: int, res: dict[str, Any], users: list[str], seconds: f
             "eval_engine": res.get("engine"), "train_signal": signal, "train_actions": actions,
             "held_out_actions": held_out_actions(res["outputs"]) if res.get("outputs") else None,
             # per held-out session, so two stages can be compared session by session (a paired bootstrap)
-            "session_reward_evidence": dict(zip(res["session_keys"], res["session_rewards"]["evidence"], strict=True))}
+            "session_reward_evidence": dict(zip(res["session_keys"], res["session_rewards"]["evidence"], strict=True)),
+            "held_out_pick": res.get("session_pick", "first"), **learnable(res)}
+
+
+def learnable(res: dict[str, Any]) -> dict[str, Any]:
+    """The held-out set's no-op and oracle evidence rewards (writing nothing, the expert's writing), the stage's
+    gain over no-op (its reward minus no-op's, session by session, with a 95% bootstrap interval) and the oracle's
+    gain, the ceiling; all None for an evaluation without them."""
+    noop = (res.get("session_noop") or {}).get("evidence")
+    if noop is None:
+        return {k: None for k in ("noop_evidence", "oracle_evidence", "gain_evidence", "gain_evidence_ci",
+                                  "oracle_gain_evidence", "per_period_evidence")}
+    gains = [r - z for r, z in zip(res["session_rewards"]["evidence"], noop, strict=True)]
+    return {"noop_evidence": res["noop_reward"]["evidence"], "oracle_evidence": res["oracle_reward"]["evidence"],
+            "gain_evidence": res["gain"]["evidence"], "gain_evidence_ci": bootstrap_ci(gains),
+            "oracle_gain_evidence": res["oracle_gain"]["evidence"],
+            "per_period_evidence": (res.get("per_period") or {}).get("evidence")}
 
 
 def export_adapter(a: LadderArgs, stage: str, adapter: str, scores: dict[str, Any], argv: list[str]) -> Path | None:
@@ -224,8 +245,9 @@ def export_adapter(a: LadderArgs, stage: str, adapter: str, scores: dict[str, An
 
 
 def _scores(r: dict[str, Any]) -> dict[str, Any]:
-    return {k: r[k] for k in ("valid_rate", "reward_evidence", "reward_evidence_ci", "memory_score", "memory_score_ci",
-                              "held_out_sessions", "held_out_users")}
+    return {**{k: r[k] for k in ("valid_rate", "reward_evidence", "reward_evidence_ci", "memory_score",
+                                 "memory_score_ci", "held_out_sessions", "held_out_users")},
+            **{k: r.get(k) for k in ("noop_evidence", "gain_evidence", "gain_evidence_ci", "oracle_gain_evidence")}}
 
 
 def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
@@ -266,7 +288,8 @@ def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
         for stage in (s for s in RL_STAGES if s in a.rl_stages):
             folder = work / f"seed{seed}" / stage
             if a.report_only and not _finished(evaluate, folder, f"{stage}-{seed}"):
-                partial = run_progress(folder, stage, seed, sft_res, evaluate.keys[:a.curve_sessions], steps[stage])
+                partial = run_progress(folder, stage, seed, sft_res, evaluate.keys[:a.curve_sessions], steps[stage],
+                                       a.eval_session_pick)
                 if partial:
                     progress.append(partial)
                 continue
@@ -275,7 +298,7 @@ def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
             t = time.perf_counter()
             policy = train_rl(a, stage, seed, sft_policy, folder, curve)
             timings.setdefault(f"{stage}/{seed}", _train_seconds(folder, time.perf_counter() - t))
-            points = cached_json(folder / "curve_points.json", lambda c=curve: c.points)
+            points = same_pick(cached_json(folder / "curve_points.json", lambda c=curve: c.points), a.eval_session_pick)
             res = evaluate.cached(policy, f"{stage} seed {seed}", f"{stage}-{seed}")
             curve_rows = make_curve(folder, sft_res, res, points, evaluate.keys[:a.curve_sessions], steps[stage])
             rows.append(row(stage, seed, res, evaluate.users, timings[f"{stage}/{seed}"], curve_rows,

@@ -28,6 +28,7 @@ import yaml
 
 from membuilder.reward import ALPHA
 from memgym_env.construction.config import ConstructionConfig
+from memgym_env.construction.scoring import SESSION_PICKS
 
 STAGES = ("base", "sft", "grpo", "adrpo")  # every row's stage; the plots colour a stage by its place here
 RL_STAGES = ("adrpo", "grpo")  # in the order each seed trains them
@@ -117,7 +118,13 @@ class LadderArgs:
     train_users: str = field(default="0-7", metadata={"help": "Users whose sessions SFT and RL see (each stage's "
                                                               "`users`)."})
     held_out_users: str = field(default="8-15", metadata={"help": "Users only evaluated on."})
-    eval_sessions_per_user: int = field(default=6, metadata={"help": "First N sessions of each held-out user."})
+    eval_sessions_per_user: int = field(default=6, metadata={
+        "help": "Held-out sessions of each held-out user (which: eval_session_pick)."})
+    eval_session_pick: str = field(default="every_period", metadata={
+        "help": "Which eval_sessions_per_user sessions of each held-out user are evaluated: 'every_period' (spread "
+                "over every period, each period's earliest first: memory that must change, not only memory written "
+                "from nothing) or 'first' (the first N, as ladders before it evaluated). Each cached evaluation "
+                "records its pick; one made with another pick is made again."})
     seeds: list[int] = field(default_factory=lambda: [0, 1], metadata={
         "help": "RL seeds (each RL stage's `seed`); SFT runs once, with its own config's seed, and every seed starts "
                 "from it."})
@@ -171,6 +178,8 @@ class LadderArgs:
             setattr(self, name, _mapping(name, getattr(self, name)))
         for change in self.set:
             self._apply(change)
+        if self.eval_session_pick not in SESSION_PICKS:
+            raise ValueError(f"eval_session_pick {self.eval_session_pick!r}; expected one of {SESSION_PICKS}")
         if self.eval_engine not in ("transformers", "vllm"):
             raise ValueError(f"eval_engine {self.eval_engine!r}: use 'transformers' or 'vllm'")
         if self.vllm_kv_cache_gb < 1:
