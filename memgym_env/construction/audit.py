@@ -58,7 +58,7 @@ def audit_setting(scorer: SessionScorer, keys: Sequence[str], progress: Callable
         expert = scorer.expert_action(key)
         variants = {"update_to_add": updates_as_adds(expert), "replace_to_append": replaces_as_appends(expert)}
         variants["both"] = updates_as_adds(variants["replace_to_append"])
-        noop = noop_action(scorer.observation(key)["core"])
+        noop = noop_action(scorer.core_before(key))
         rewards = scorer.score(key, [expert, noop, *variants.values()])
         oracle, nothing, altered = rewards[0], rewards[1], dict(zip(variants, rewards[2:], strict=True))
         for rule in ATTRIBUTION_RULES:

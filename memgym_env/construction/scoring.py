@@ -297,6 +297,10 @@ class SessionScorer:
         ep, j, _ = self._lookup(session_key)
         return ep, j
 
+    def core_before(self, session_key: str) -> str:
+        """The Core block of the snapshot the session is written into."""
+        return self._lookup(session_key)[2].core.text
+
     def period(self, session_key: str) -> int:
         ep, j, _ = self._lookup(session_key)
         return int(ep.conversation.sessions[j].meta.get("period", 0) or 0)
@@ -305,8 +309,8 @@ class SessionScorer:
         """``{"noop": ..., "oracle": ...}``: the rewards of writing nothing and of the expert's
         action on this session (task-rewarded), scored once and kept."""
         if session_key not in self._baselines:
-            _, _, bank = self._lookup(session_key)
-            noop, oracle = self.score(session_key, [noop_action(bank.core.text), self.expert_action(session_key)])
+            noop, oracle = self.score(session_key, [noop_action(self.core_before(session_key)),
+                                                    self.expert_action(session_key)])
             self._baselines[session_key] = {"noop": noop, "oracle": oracle}
         return self._baselines[session_key]
 
