@@ -131,6 +131,11 @@ class MemoryBank:
                 self._add(mtype, op.new_memory, time, session, out, predecessors=ids, evidence=ids, time_range=time_range)
 
     def _add(self, mtype, text, time, session, out: Applied, predecessors=(), evidence=(), time_range=None) -> None:
+        vector = self.cache.embed([text])
+        if not np.isfinite(vector).all():
+            # The embedder failed on this text: the write is dropped and logged, the bank stays loadable.
+            out.warnings.append(f"{mtype}: not written, the embedder gave a non-finite vector for {text[:60]!r}")
+            return
         entry_id = f"{_ID_PREFIX[mtype]}-{self._next_id:05d}"
         while self.store.get(entry_id) is not None:  # ids loaded from elsewhere may sit ahead
             self._next_id += 1
@@ -146,7 +151,7 @@ class MemoryBank:
             session=session,
         )
         self._next_id += 1
-        self.store.add([entry])
+        self.store.add([entry], vector)
         out.added_ids.append(entry.id)
 
     def add_entries(self, entries: Sequence[Entry], vectors: np.ndarray | None = None) -> None:

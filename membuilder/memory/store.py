@@ -33,6 +33,16 @@ SEAL_AT = 1_024  # tail size at which the tail is sealed into a segment even wit
 FUZZY_MIN = 0.9  # cosine above which a quoted memory that is not verbatim still names an entry
 
 
+def check_finite(entries: Sequence[Entry], vectors: np.ndarray) -> None:
+    """Refuse a NaN or infinite vector where it is written: the loader refuses it too, so a store
+    that accepted one would save a bank that can never be loaded again."""
+    bad = ~np.isfinite(vectors).all(axis=1) if vectors.ndim == 2 else np.zeros(0, bool)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"entry {entries[row].id!r} ({entries[row].text[:80]!r}): its vector is not finite "
+                         "(NaN or inf); nothing was written")
+
+
 class VectorStore:
     def __init__(self, cache: EmbeddingCache):
         self.cache = cache
@@ -50,6 +60,7 @@ class VectorStore:
         vectors = np.asarray(vectors, dtype=np.float32)
         if vectors.shape != (len(entries), self.dim):
             raise ValueError(f"expected vectors of shape ({len(entries)}, {self.dim}), got {vectors.shape}")
+        check_finite(entries, vectors)
         for e, v in zip(entries, vectors):
             if self.get(e.id) is not None:
                 raise ValueError(f"entry id {e.id!r} is already in the store")
@@ -60,6 +71,7 @@ class VectorStore:
 
     def extend_sealed(self, entries: Sequence[Entry], vectors: np.ndarray) -> None:
         """Bulk load: add many entries as one segment (one index build instead of many merges)."""
+        check_finite(entries, np.asarray(vectors, dtype=np.float32))
         self._seal()
         seqs = np.arange(self._next_seq, self._next_seq + len(entries), dtype=np.int64)
         self._next_seq += len(entries)
