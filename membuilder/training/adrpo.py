@@ -29,6 +29,7 @@ The trainer never imports the environment: the scorer arrives as an argument.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -105,10 +106,35 @@ class ADRPOConfig(GRPOConfig):
                 "pass instead of a separate forward after generation (same numbers when num_iterations = 1, "
                 "gradient_accumulation_steps is a multiple of steps_per_generation and dropout is off; otherwise "
                 "TRL's pass runs). false always runs TRL's pass."})
+    sessions_per_step: int | None = field(default=None, metadata={
+        "help": "Sessions in each optimizer step (each with 4 agents x num_generations completions): sets "
+                "gradient_accumulation_steps so that per_device_train_batch_size x gradient_accumulation_steps x "
+                "processes = sessions_per_step x 4 x G. MemBuilder's published recipe: 8 sessions x 4 agents x 8 "
+                "samples. None: gradient_accumulation_steps as given."})
     rollout_log: str | None = field(default=None, metadata={
         "help": "Append every scored completion (step, session_key, agent, k, completion, reward, weight, advantage) "
                 "as JSON lines to <rollout_log>.<process_index>.jsonl, one file per process. A run resumed from a "
                 "checkpoint first drops the lines of the steps it redoes (a fresh run: all of them)."})
+
+
+    def __post_init__(self) -> None:
+        if self.sessions_per_step is not None:
+            self.gradient_accumulation_steps = accumulation_for(
+                self.sessions_per_step, self.num_generations, self.per_device_train_batch_size,
+                int(os.environ.get("WORLD_SIZE", "1")))
+        super().__post_init__()
+
+
+def accumulation_for(sessions: int, generations: int, micro_batch: int, processes: int = 1) -> int:
+    """gradient_accumulation_steps that make one optimizer step hold ``sessions`` whole sessions."""
+    if not isinstance(sessions, int) or sessions < 1:
+        raise ValueError(f"sessions_per_step must be an integer >= 1; got {sessions!r}")
+    completions = sessions * len(AGENTS) * generations
+    if completions % processes or (completions // processes) % micro_batch:
+        raise ValueError(f"sessions_per_step {sessions} x {len(AGENTS)} agents x G={generations} = {completions} "
+                         f"completions do not split into {processes} process(es) x per_device_train_batch_size "
+                         f"{micro_batch} micro-batches; pick a micro-batch that divides {completions // processes}")
+    return completions // processes // micro_batch
 
 
 # ---- the sampler --------------------------------------------------------------------------------

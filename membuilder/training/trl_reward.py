@@ -19,7 +19,8 @@ Metrics, one set whichever trainer runs (each averaged over the batch's rows):
 ``reward/task`` (rewarded sessions only), ``reward/task_rewarded``, ``reward/answers_cut``,
 ``reward/valid_<agent>``, ``reward/length_penalty_<agent>``, ``adrpo/weight_<agent>``,
 ``adrpo/weight_mean``, ``adrpo/dominant_<type>``, ``adrpo/dominant_none`` and ``time/score``. TRL
-logs the rewards themselves as ``rewards/session_reward/mean``.
+logs the rewards themselves as ``rewards/session_reward/mean``. ``reward/tied_groups``: the share of
+(session, agent) groups whose G rewards all tie, which give GRPO no gradient.
 
 Both attribution rules, whichever one sets the weights (``CandidateReward.dominant_by_rule``; a
 reward without a rule, e.g. from an older remote server, logs nothing for it), for rule in
@@ -46,6 +47,7 @@ from typing import Any
 from membuilder.memory.ops import AGENTS, SEARCHABLE_AGENTS
 from membuilder.reward import ATTRIBUTION_RULES, CandidateReward, CandidateScorer, task_rewarded_coin
 
+TIE_TOLERANCE = 1e-9  # rewards closer than this count as a tie (GRPO's advantages would be 0 for the group)
 ScoreRequest = tuple[str, list[dict[str, str]], bool]  # (session key, G candidates, task_rewarded)
 
 
@@ -172,6 +174,10 @@ class SessionReward:
                 for m in SEARCHABLE_AGENTS:
                     stats[f"adrpo/dominant_{m}"].append(float(c.dominant == m))
                 stats["adrpo/dominant_none"].append(float(c.dominant is None))
+            if len(results) > 1:
+                for a in rows:  # a group whose G rollouts all tie has zero advantage: no gradient from it
+                    got = [float(c.agent_rewards[a]) for c in results]
+                    stats["reward/tied_groups"].append(float(max(got) - min(got) <= TIE_TOLERANCE))
             if baselines is not None and rewarded:
                 base = baselines(key)
                 noop, oracle = float(base["noop"].reward), float(base["oracle"].reward)

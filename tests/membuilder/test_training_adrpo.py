@@ -18,6 +18,7 @@ from membuilder.memory.ops import AGENTS, SEARCHABLE_AGENTS  # noqa: E402
 from membuilder.reward import CandidateReward  # noqa: E402
 from membuilder.training.adrpo import (  # noqa: E402
     ADRPOConfig,
+    accumulation_for,
     ADRPOTrainer,
     SessionRepeatSampler,
     group_advantages,
@@ -395,3 +396,12 @@ def test_dropout_is_off_in_rl_so_two_forwards_of_the_policy_agree(tokenizer, tmp
     assert probs and set(probs) == {0} and same
     probs, same = build(disable_dropout=False)
     assert 0.5 in probs and not same
+
+
+def test_sessions_per_step_sets_the_accumulation():
+    assert accumulation_for(4, 8, 8) == 16  # 4 sessions x 4 agents x G 8 = 128 completions in micro-batches of 8
+    assert accumulation_for(8, 8, 32, processes=2) == 4  # the published 8 x 4 x 8 = 256, 128 per process
+    with pytest.raises(ValueError, match="do not split"):
+        accumulation_for(1, 2, 3)
+    with pytest.raises(ValueError, match="integer >= 1"):
+        accumulation_for(0, 8, 8)

@@ -98,3 +98,15 @@ def test_a_reward_without_per_rule_dominants_logs_no_rule():
     assert stats["attribution/retrieval/dominant_semantic"] == [1.0]
     assert stats["attribution/evidence/entropy"] == [0.0]
     assert entropy_bits([0.5, 0.5]) == 1.0 and entropy_bits([0.25] * 4) == 2.0
+
+
+def test_groups_whose_rollouts_all_tie_are_counted(scorer):
+    keys = scorer.session_keys()
+    reward = SessionReward(scorer)
+    reward(**_batch(scorer, keys))
+    mixed = reward.last_stats["reward/tied_groups"]
+    batch = _batch(scorer, keys)
+    batch["completions"] = [batch["completions"][i - i % 2] for i in range(len(batch["completions"]))]  # G copies
+    reward(**batch)
+    assert reward.last_stats["reward/tied_groups"] == 1.0  # identical rollouts: no group has a gradient
+    assert mixed < 1.0  # the expert beside writing nothing: the groups differ
