@@ -16,13 +16,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from membuilder.plumbing.json_files import GuardedReader, JSONLimitError, load_json_file
+from membuilder.plumbing.json_files import GuardedReader, JSONLimitError, loads_guarded, read_bytes
+
+from .bounds import BOUNDS, Bounds, BoundedReader, check_bounds, clip
 
 log = logging.getLogger("memgym.benchmarks")
 
 
+MAX_MESSAGE = 1000  # characters of one error message at most
+
+
 class BadRecordError(ValueError):
     """A record of a benchmark file is malformed. The message names file, record and field."""
+
+
+def short(message: str, limit: int = MAX_MESSAGE) -> str:
+    """A message cut in the middle to ``limit`` characters: its start names the file and record,
+    its end the field. Readers clip echoed values (``bounds.clip``); this is the backstop."""
+    if len(message) <= limit:
+        return message
+    half = (limit - 40) // 2
+    return f"{message[:half]} ...[{len(message) - 2 * half} characters cut]... {message[-half:]}"
 
 
 @dataclass
@@ -33,6 +47,7 @@ class Problems:
     messages: list[str] = field(default_factory=list)
 
     def bad(self, message: str) -> None:
+        message = short(message)
         if not self.skip_bad:
             raise BadRecordError(message)
         self.messages.append(message)
@@ -43,18 +58,20 @@ class Problems:
         return len(self.messages)
 
 
-def read_json(path: str | Path) -> Any:
-    """Parse a ``.json`` or ``.json.gz`` file, nesting depth and size checked first
-    (``membuilder.plumbing.json_files``); errors name the file."""
+def read_json(path: str | Path, bounds: Bounds = BOUNDS["locomo"]) -> Any:
+    """Parse a ``.json`` or ``.json.gz`` file whole, its size, longest string and nesting depth
+    checked on the bytes first (``bounds``, ``membuilder.plumbing.json_files``); errors name the file."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
     try:
-        return load_json_file(path)
+        data = read_bytes(path, bounds.max_bytes)
+        check_bounds(data, str(path), bounds)
+        return loads_guarded(data, str(path))
     except JSONLimitError as exc:
-        raise BadRecordError(str(exc)) from None
+        raise BadRecordError(short(str(exc))) from None
     except (json.JSONDecodeError, UnicodeDecodeError, OSError, EOFError) as exc:
-        raise BadRecordError(f"{path}: not a readable JSON file ({exc})") from exc
+        raise BadRecordError(short(f"{path}: not a readable JSON file ({exc})")) from None
 
 
 STREAM_BACKENDS = ("yajl2_c", "yajl2_cffi", "yajl2", "python")
@@ -73,11 +90,12 @@ def json_stream_backend():
     return ijson
 
 
-def iter_json_list(path: str | Path) -> Iterator[Any]:
+def iter_json_list(path: str | Path, bounds: Bounds = BOUNDS["longmemeval"]) -> Iterator[Any]:
     """The items of a top-level JSON list (``.json`` or ``.json.gz``), parsed one at a time.
 
     LongMemEval-M is about 2.7 GB of JSON: streaming keeps one record in memory, and a run with
-    ``--limit`` stops reading once it has enough. Errors name the file and the item.
+    ``--limit`` stops reading once it has enough. ``bounds`` are checked on every chunk before
+    ijson sees it (a 2 GB string fails after its first MiB). Errors name the file and the item.
     """
     from ijson.common import JSONError
 
@@ -96,13 +114,14 @@ def iter_json_list(path: str | Path) -> Iterator[Any]:
                 raise BadRecordError(f"{path}: expected a JSON list of records")
             fh.seek(0)
             # ijson's memory grows with the square of the nesting depth: the guard stops deep input first.
-            for item in backend.items(GuardedReader(fh, str(path)), "item", use_float=True):
+            reader = BoundedReader(GuardedReader(fh, str(path)), str(path), bounds)
+            for item in backend.items(reader, "item", use_float=True):
                 k += 1
                 yield item
     except JSONLimitError as exc:
-        raise BadRecordError(f"{exc}{f' (after record {k})' if k >= 0 else ''}") from None
+        raise BadRecordError(short(f"{exc}{f' (after record {k})' if k >= 0 else ''}")) from None
     except (JSONError, UnicodeDecodeError, OSError, EOFError) as exc:
-        raise BadRecordError(f"{path}: not a readable JSON file after record {k} ({exc})") from exc
+        raise BadRecordError(short(f"{path}: not a readable JSON file after record {k} ({clip(str(exc))})")) from None
 
 
 def as_text(value: Any) -> str | None:

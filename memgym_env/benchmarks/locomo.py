@@ -23,6 +23,7 @@ from typing import Any
 
 from memgym_env.conversation import Conversation, Message, QAItem, Session
 
+from .bounds import BOUNDS, clip
 from .loading import Problems, as_text, field_fault, read_json
 
 # The category numbers as they are in the file. Some harnesses swap 1 and 3; reports print this.
@@ -35,7 +36,7 @@ LOCOMO_CATEGORIES: dict[int, str] = {
 }
 HEADLINE_CATEGORIES = (1, 2, 3, 4)  # category 5 is reported apart
 
-_SESSION_KEY = re.compile(r"session_(\d+)")
+_SESSION_KEY = re.compile(r"session_(\d{1,9})")  # int() refuses over 4,300 digits
 
 
 def render_turn_text(turn: dict[str, Any]) -> str:
@@ -51,7 +52,9 @@ def _read_sessions(sample_id: str, conv: dict[str, Any], where: str, problems: P
     numbered = []
     for key, value in conv.items():
         m = _SESSION_KEY.fullmatch(key)
-        if m and isinstance(value, list):
+        if m and not isinstance(value, list):  # dropping it would silently lose the session's turns
+            problems.bad(f"{where}: field '{key}' must be a list of turns, got {type(value).__name__}")
+        elif m:
             numbered.append((int(m.group(1)), key, value))
     numbered.sort()
     speakers = {conv.get("speaker_a"): "user", conv.get("speaker_b"): "assistant"}
@@ -120,8 +123,9 @@ def _read_qa(sample_id: str, qa: list[Any], where: str, turn_session: dict[str, 
             problems.bad(f"{here}: no 'question'")
             continue
         category = q.get("category")
-        if category not in LOCOMO_CATEGORIES:
-            problems.bad(f"{here}: 'category' is {category!r}, expected one of 1-5")
+        if type(category) is not int or category not in LOCOMO_CATEGORIES:  # True == 1 and 1.0 == 1: not categories
+            problems.bad(f"{here}: field 'category' is {repr(clip(category)) if isinstance(category, str) else clip(category)} ({type(category).__name__}), "
+                         "expected an integer 1-5")
             continue
         if "answer" not in q and "adversarial_answer" not in q:
             problems.bad(f"{here}: no 'answer' and no 'adversarial_answer'")
@@ -160,20 +164,29 @@ def _read_qa(sample_id: str, qa: list[Any], where: str, turn_session: dict[str, 
 def read_locomo(path: str | Path, problems: Problems | None = None) -> list[Conversation]:
     """Read a LoCoMo file (a list of samples, or one sample) into one ``Conversation`` per sample."""
     problems = problems or Problems()
-    data = read_json(path)
+    data = read_json(path, BOUNDS["locomo"])
     if isinstance(data, dict):
         data = [data]
     if not isinstance(data, list):
         problems.bad(f"LoCoMo file {path}: expected a list of samples, got {type(data).__name__}")
         return []
     conversations = []
+    first_seen: dict[str, int] = {}  # sample id -> its position: results are keyed by it
     for k, sample in enumerate(data):
-        sample_id = sample.get("sample_id", f"#{k}") if isinstance(sample, dict) else f"#{k}"
-        if not isinstance(sample_id, (str, int)) or isinstance(sample_id, bool):
-            problems.bad(f"LoCoMo file {path}, sample #{k}: field 'sample_id' must be text, got {type(sample_id).__name__}")
+        if not isinstance(sample, dict):
+            problems.bad(f"LoCoMo file {path}, sample #{k}: not an object")
             continue
-        where = f"LoCoMo file {path}, sample {sample_id}"
-        if not isinstance(sample, dict) or not isinstance(sample.get("conversation"), dict):
+        sample_id = sample.get("sample_id")
+        if not isinstance(sample_id, (str, int)) or isinstance(sample_id, bool):  # results are keyed by it
+            got = "none" if sample_id is None else type(sample_id).__name__
+            problems.bad(f"LoCoMo file {path}, sample #{k}: field 'sample_id' must be text, got {got}")
+            continue
+        where = f"LoCoMo file {path}, sample {clip(str(sample_id))}"
+        if str(sample_id) in first_seen:
+            problems.bad(f"{where} (#{k}): field 'sample_id' repeats sample #{first_seen[str(sample_id)]}'s")
+            continue
+        first_seen[str(sample_id)] = k
+        if not isinstance(sample.get("conversation"), dict):
             problems.bad(f"{where}: no 'conversation' object")
             continue
         if not isinstance(sample.get("qa"), list):

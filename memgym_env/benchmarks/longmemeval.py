@@ -22,6 +22,7 @@ from typing import Any
 
 from memgym_env.conversation import Conversation, Message, QAItem, Session
 
+from .bounds import BOUNDS, clip
 from .loading import Problems, as_text, field_fault, iter_json_list
 
 LONGMEMEVAL_TYPES: tuple[str, ...] = (
@@ -54,7 +55,7 @@ def _is_id_or_date(value: Any, field: str) -> bool:
 
 def _read_one(rec: Any, k: int, path: str | Path, variant: str, problems: Problems) -> Conversation | None:
     qid = rec.get("question_id", f"#{k}") if isinstance(rec, dict) else f"#{k}"
-    where = f"LongMemEval file {path}, question {qid}"
+    where = f"LongMemEval file {path}, question {clip(qid)}"
     if not isinstance(rec, dict):
         problems.bad(f"{where}: not an object")
         return None
@@ -63,7 +64,7 @@ def _read_one(rec: Any, k: int, path: str | Path, variant: str, problems: Proble
             problems.bad(f"{where}: no '{f}'")
             return None
     if rec["question_type"] not in LONGMEMEVAL_TYPES:
-        problems.bad(f"{where}: unknown 'question_type' {rec['question_type']!r}")
+        problems.bad(f"{where}: unknown 'question_type' {clip(rec['question_type'])!r}")
         return None
     if "answer" not in rec:
         problems.bad(f"{where}: no 'answer'")
@@ -138,10 +139,17 @@ def read_longmemeval(path: str | Path, problems: Problems | None = None, variant
     problems = problems or Problems()
     variant = variant or variant_of(path)
     out: list[Conversation] = []
-    for k, rec in enumerate(iter_json_list(path)):
+    first_seen: dict[str, int] = {}  # question id -> its record number
+    for k, rec in enumerate(iter_json_list(path, BOUNDS["longmemeval"])):
         if limit is not None and len(out) >= limit:
             break
         conv = _read_one(rec, k, path, variant, problems)
-        if conv is not None:
-            out.append(conv)
+        if conv is None:
+            continue
+        if conv.id in first_seen:  # results are keyed by question id: a second one would replace the first
+            problems.bad(f"LongMemEval file {path}, question {clip(conv.id)} (record {k}): field 'question_id' "
+                         f"repeats record {first_seen[conv.id]}'s")
+            continue
+        first_seen[conv.id] = k
+        out.append(conv)
     return out

@@ -31,6 +31,7 @@ from typing import Any
 
 from memgym_env.conversation import Conversation, Message, QAItem, Session
 
+from .bounds import BOUNDS, clip
 from .loading import Problems, field_fault, list_fault, read_json
 
 QA_PARTS = ("profile", "social_relationship", "events", "dialogues")
@@ -58,13 +59,13 @@ def parse_reference(raw: Any) -> list[str]:
         try:
             value = ast.literal_eval(raw.strip())
         except (ValueError, SyntaxError) as exc:
-            raise ValueError(f"not a list literal: {raw!r}") from exc
+            raise ValueError(f"not a list literal: {clip(raw)!r}") from None
     elif isinstance(raw, str) and raw.strip():
         return [raw.strip()]
     else:
-        raise ValueError(f"expected a field name or a list of ids, got {raw!r}")
+        raise ValueError(f"expected a field name or a list of ids, got {clip(raw)!r}")
     if not isinstance(value, list) or not all(isinstance(v, (str, int)) for v in value):
-        raise ValueError(f"expected a list of ids, got {raw!r}")
+        raise ValueError(f"expected a list of ids, got {clip(raw)!r}")
     return [str(v) for v in value]
 
 
@@ -102,11 +103,11 @@ def _memory_sessions(name: str, mem: dict[str, Any], where: str, problems: Probl
     rels = []
     for rid, r in parts["social_relationship"].items():
         if not isinstance(r, dict) or not isinstance(r.get("Description"), str):
-            problems.bad(f"{where}, social_relationship {rid}: no 'Description'")
+            problems.bad(f"{where}, social_relationship {clip(rid)}: no 'Description'")
             continue
         fault = field_fault(r, ("Supporting Characters", "Relationship"))
         if fault:
-            problems.bad(f"{where}, social_relationship {rid}: {fault}")
+            problems.bad(f"{where}, social_relationship {clip(rid)}: {fault}")
             continue
         who = r.get("Supporting Characters", "?")
         rels.append(Message(role="user", speaker=name, content=f"{who} ({r.get('Relationship', '?')}): {r['Description']}",
@@ -116,15 +117,15 @@ def _memory_sessions(name: str, mem: dict[str, Any], where: str, problems: Probl
     for did, d in parts["dialogues"].items():
         contents = d.get("contents") if isinstance(d, dict) else None
         if not isinstance(contents, dict) or not contents:
-            problems.bad(f"{where}, dialogue {did}: no 'contents' object")
+            problems.bad(f"{where}, dialogue {clip(did)}: no 'contents' object")
             continue
         fault = field_fault(d, ("events",), (str, int, type(None)), "an event id")
         if fault:
-            problems.bad(f"{where}, dialogue {did}: {fault}")
+            problems.bad(f"{where}, dialogue {clip(did)}: {fault}")
             continue
         for part, (stamp, lines) in enumerate(contents.items()):
             if not isinstance(lines, list) or not all(isinstance(x, str) for x in lines):
-                problems.bad(f"{where}, dialogue {did}, contents[{stamp!r}]: not a list of lines")
+                problems.bad(f"{where}, dialogue {clip(did)}, contents[{clip(stamp)!r}]: not a list of lines")
                 continue
             messages = []
             for j, line in enumerate(lines):
@@ -138,12 +139,12 @@ def _memory_sessions(name: str, mem: dict[str, Any], where: str, problems: Probl
             dated.append((when, 1, Session(id=sid, time=stamp, messages=messages, meta={"kind": "dialogue", "event": d.get("events")})))
     for eid, e in parts["events"].items():
         if not isinstance(e, dict) or not isinstance(e.get("content"), str):
-            problems.bad(f"{where}, event {eid}: no 'content'")
+            problems.bad(f"{where}, event {clip(eid)}: no 'content'")
             continue
         fault = (field_fault(e, ("summary", "Creation Time", "Theme"))
                  or list_fault(e, "Characters", str, "a list of text"))
         if fault:
-            problems.bad(f"{where}, event {eid}: {fault}")
+            problems.bad(f"{where}, event {clip(eid)}: {fault}")
             continue
         stamp = e.get("Creation Time")
         when = parse_time(stamp) or dialogue_time.get(eid)
@@ -174,10 +175,10 @@ def _qa_items(name: str, entry: dict[str, Any], where: str, mem_session: dict[st
                 continue
             for mem_id, qas in group.items():
                 if not isinstance(qas, list):
-                    problems.bad(f"{where}, {part} {mem_id}: expected a list of questions, got {type(qas).__name__}")
+                    problems.bad(f"{where}, {part} {clip(mem_id)}: expected a list of questions, got {type(qas).__name__}")
                     continue
                 for i, q in enumerate(qas):
-                    here = f"{where}, {part} {mem_id}, qa[{i}]"
+                    here = f"{where}, {part} {clip(mem_id)}, qa[{i}]"
                     if not isinstance(q, dict):
                         problems.bad(f"{here}: not an object")
                         continue
@@ -222,8 +223,8 @@ def read_perltqa(memory_path: str | Path, qa_path: str | Path | None = None,
     """One ``Conversation`` per character that has both memories and questions."""
     problems = problems or Problems()
     qa_path = Path(qa_path) if qa_path else default_qa_path(memory_path)
-    memories = read_json(memory_path)
-    qa_data = read_json(qa_path)
+    memories = read_json(memory_path, BOUNDS["perltqa"])
+    qa_data = read_json(qa_path, BOUNDS["perltqa"])
     if not isinstance(memories, dict):
         problems.bad(f"PerLTQA memory file {memory_path}: expected an object keyed by character name")
         return []
@@ -238,14 +239,14 @@ def read_perltqa(memory_path: str | Path, qa_path: str | Path | None = None,
             problems.bad(f"PerLTQA QA file {qa_path}, element {k}: not an object")
             continue
         for name, entry in block.items():
-            where = f"PerLTQA QA file {qa_path}, character {name}"
+            where = f"PerLTQA QA file {qa_path}, character {clip(name)}"
             if name not in memories:
                 problems.bad(f"{where}: no memories for this character in {memory_path}")
                 continue
             if not isinstance(entry, dict):
                 problems.bad(f"{where}: not an object")
                 continue
-            mem_where = f"PerLTQA memory file {memory_path}, character {name}"
+            mem_where = f"PerLTQA memory file {memory_path}, character {clip(name)}"
             if not isinstance(memories[name], dict):
                 problems.bad(f"{mem_where}: expected an object of memories, got {type(memories[name]).__name__}")
                 continue

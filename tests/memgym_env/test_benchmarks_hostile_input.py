@@ -217,3 +217,134 @@ def test_the_hand_made_perltqa_files_read_cleanly(tmp_path):
     [conv] = read_perltqa(mem_path)
     assert [s.id for s in conv.sessions] == ["profile", "relationships", "event:1_0", "dialogue:1_0_0"]
     assert [q.session for q in conv.qa] == ["profile", "relationships", "event:1_0", "dialogue:1_0_0"]
+
+
+# ---- tiny files that unpack into huge ones: each fails in under 5 s, 500 MB RSS, with a message under 1 KB ----
+MiB = 1 << 20
+
+
+def _gzip_repeating(path: Path, head: bytes, unit: bytes, mib: int, tail: bytes) -> Path:
+    """A .gz of ``head + unit * (mib MiB worth) + tail``, made of gzip members (``gzip.open`` reads
+    them as one stream), so a 2 GB text costs 1 MiB to compress and about 2 MB on disk."""
+    block = gzip.compress(unit * (MiB // len(unit)), compresslevel=9)
+    with path.open("wb") as fh:
+        fh.write(gzip.compress(head))
+        for _ in range(mib):
+            fh.write(block)
+        fh.write(gzip.compress(tail))
+    return path
+
+
+HOSTILE = {
+    # reader, file name, head, repeated unit, MiB, tail, what the error says
+    "longmemeval: one 2 GB string": ("longmemeval", "longmemeval_s.json.gz", b'[{"question_id": "', b"a", 2048,
+                                     b'"}]', "a string longer than"),
+    "longmemeval: one 2 GB number": ("longmemeval", "longmemeval_s.json.gz", b'[{"question_id": 1', b"1", 2048,
+                                     b'}]', "a value longer than"),
+    "longmemeval: one 2 GB record of short strings": ("longmemeval", "longmemeval_s.json.gz", b'[{"x": [', b'"ab",', 2048,
+                                                      b'"ab"]}]', "a record longer than"),
+    "longmemeval: a 2 GB string of words": ("longmemeval", "longmemeval_s.json.gz", b'[{"question_id": "', b"ab ", 2048,
+                                            b'"}]', "a string longer than"),
+    "locomo: a 1 GB sample_id": ("locomo", "locomo.json.gz", b'[{"sample_id": "', b"x", 1024, b'"}]',
+                                 "once decompressed"),
+    "locomo: 1 GB of empty objects": ("locomo", "locomo.json.gz", b'[', b"{},", 1024, b'{}]', "once decompressed"),
+    "perltqa: a 1 GB character name": ("perltqa", "perltmem_en_v2.json.gz", b'{"', b"x", 1024, b'": {}}',
+                                       "once decompressed"),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE))
+def test_tiny_files_holding_huge_text_fail_fast_in_bounded_memory(tmp_path, case):
+    reader, name, head, unit, mib, tail, says = HOSTILE[case]
+    path = _gzip_repeating(tmp_path / name, head, unit, mib, tail)
+    assert path.stat().st_size < 4 * MiB
+    call = {"longmemeval": "read_longmemeval(path)", "locomo": "read_locomo(path)",
+            "perltqa": "read_perltqa(path, path)"}[reader]
+    script = textwrap.dedent(f"""
+        import json, resource, sys, time
+        from memgym_env.benchmarks import BadRecordError
+        from memgym_env.benchmarks.locomo import read_locomo
+        from memgym_env.benchmarks.longmemeval import read_longmemeval
+        from memgym_env.benchmarks.perltqa import read_perltqa
+        path = {str(path)!r}
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        t0 = time.perf_counter()
+        try:
+            {call}
+            message = None
+        except BadRecordError as exc:
+            message = str(exc)
+        seconds = time.perf_counter() - t0
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+        print(json.dumps({{"message": message, "seconds": seconds, "peak_mb": peak / 1024,
+                           "grew_mb": (peak - before) / 1024}}))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-1000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["message"] is not None and says in got["message"] and str(path) in got["message"], got["message"]
+    assert len(got["message"].encode()) < 1000
+    assert got["seconds"] < 5, got
+    assert got["peak_mb"] < 500, got
+
+
+def test_echoed_values_are_cut_to_a_few_hundred_characters(tmp_path):
+    long_id = "q" * 200_000
+    path = tmp_path / "locomo.json"
+    path.write_text(json.dumps([{"sample_id": long_id, "conversation": "none", "qa": []}]))
+    with pytest.raises(BadRecordError) as err:
+        read_locomo(path)
+    message = str(err.value)
+    assert len(message) < 1000 and "(200000 characters)" in message and "no 'conversation' object" in message
+
+
+def test_a_string_as_long_as_the_bound_is_read(tmp_path):
+    from memgym_env.benchmarks.bounds import Bounds, check_bounds
+
+    text = b'[{"a": "' + b"x" * 98 + b'", "b": [1, 2]}, {"c": "\\"' + b"y" * 50 + b'"}]'
+    for chunk in (1, 3, 7, 1 << 20):  # chunk edges fall inside strings, escapes and records
+        check_bounds(text, "x", Bounds(max_bytes=len(text), max_token=100, max_record=len(text)), chunk=chunk)
+        with pytest.raises(JSONLimitError, match="a string longer than 99 bytes"):
+            check_bounds(text, "x", Bounds(max_bytes=len(text), max_token=99), chunk=chunk)
+        with pytest.raises(JSONLimitError, match="a record longer than 50 bytes"):
+            check_bounds(text, "x", Bounds(max_bytes=len(text), max_token=100, max_record=50), chunk=chunk)
+
+
+# ---- input that used to be accepted silently: one error naming file, record and field ----
+def test_a_repeated_longmemeval_question_id_is_an_error(tmp_path):
+    records = json.loads((DATA / "longmemeval" / "longmemeval_oracle_sample.json").read_text())[:2]
+    path = tmp_path / "longmemeval_oracle.json"
+    path.write_text(json.dumps([records[0], records[1], records[0]]))
+    qid = records[0]["question_id"]
+    with pytest.raises(BadRecordError, match=re.escape(f"LongMemEval file {path}, question {qid} (record 2): field "
+                                                       "'question_id' repeats record 0's")):
+        read_longmemeval(path)
+    problems = Problems(skip_bad=True)
+    assert [c.id for c in read_longmemeval(path, problems)] == [qid, records[1]["question_id"]]
+    assert problems.count == 1
+
+
+SILENT_LOCOMO = {
+    "sample conv-26: field 'session_2' must be a list of turns, got dict":
+        lambda s: s["conversation"].update(session_2={"0": s["conversation"]["session_2"][0]}),
+    "sample conv-26, qa[0]: field 'category' is True (bool), expected an integer 1-5": lambda s: s["qa"][0].update(category=True),
+    "sample conv-26, qa[0]: field 'category' is 2.0 (float), expected an integer 1-5": lambda s: s["qa"][0].update(category=2.0),
+    "sample #0: field 'sample_id' must be text, got none": lambda s: s.pop("sample_id"),
+}
+
+
+@pytest.mark.parametrize("message", list(SILENT_LOCOMO))
+def test_locomo_input_once_accepted_silently_is_named(tmp_path, message):
+    path = _locomo(tmp_path, SILENT_LOCOMO[message])
+    with pytest.raises(BadRecordError, match=re.escape(f"LoCoMo file {path}, {message}")):
+        read_locomo(path)
+
+
+def test_a_repeated_locomo_sample_id_is_an_error(tmp_path):
+    sample = json.loads((DATA / "locomo" / "locomo10_conv-26.json").read_text())
+    sample = sample[0] if isinstance(sample, list) else sample
+    path = tmp_path / "locomo.json"
+    path.write_text(json.dumps([sample, sample]))
+    with pytest.raises(BadRecordError, match=re.escape(f"LoCoMo file {path}, sample conv-26 (#1): field 'sample_id' "
+                                                       "repeats sample #0's")):
+        read_locomo(path)
