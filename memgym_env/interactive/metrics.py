@@ -8,8 +8,8 @@ Shapes: ``[users, periods]`` for per-period scores, NaN where a user has no such
 * upper bound S_UB: accuracy of the same model shown only the current values of each question's
   ``required_info`` (AMemGym's ``eval/upperbound.py``; ``checks.upper_bound``).
 * memory score per user and period: (S - S_random) / (S_UB - S_random); undefined (NaN, left
-  out of the average, counted as a low-headroom cell) when S_UB - S_random < ``MIN_HEADROOM``:
-  an upper bound within a few points of chance leaves nothing to normalise by (a cell where both
+  out of the average, counted as a low-headroom cell) when S_UB - S_random < ``MIN_HEADROOM`` (0.2):
+  an upper bound near chance leaves too little to normalise by (a cell where both
   equal 0.25 would otherwise score any lucky answer as far above the upper bound).
 * uncertainty: ``wilson`` gives a 95% interval of an accuracy from its question count;
   ``score_interval`` a 95% bootstrap interval of the mean memory score over the questions
@@ -53,7 +53,10 @@ def _per_period(values, fn) -> np.ndarray:
     return out
 
 
-MIN_HEADROOM = 0.05  # least S_UB - S_random for a memory score to be defined
+# Least S_UB - S_random for a memory score to be defined. A cell with 16 questions and headroom 0.15
+# moves by 0.42 per question (0.67 at 10 questions), so its score says more about one answer than about
+# the memory; at 0.2 one question of 16 moves it by at most 0.31.
+MIN_HEADROOM = 0.2
 
 
 def low_headroom(upper: np.ndarray, rand: np.ndarray, min_headroom: float = MIN_HEADROOM) -> np.ndarray:
