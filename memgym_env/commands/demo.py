@@ -12,7 +12,7 @@ from membuilder.llm import load_chat_model
 from membuilder.llm.embedders import load_embedder
 from membuilder.llm.registry import TRAINED_POLICY, constructor_spec
 from memgym_env.demo import job as demo
-from memgym_env.demo.report import interactive_table, trained_table, write_report
+from memgym_env.demo.report import as_records, interactive_table, trained_table, write_report
 from memgym_env.demo.tour import DEFAULT_DATA, run_tour
 
 HELP = "The main job end to end: world, MemoryGym-v0, assistants, report."
@@ -58,7 +58,6 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--workers must be at least 1")
     os.environ["MEMGYM_TORCH_THREADS"] = str(args.threads)
     from rich.console import Console
-    from rich.table import Table
 
     preset = "quick" if args.quick else "full" if args.full else "default"
     sizes = demo.PRESETS[preset]
@@ -89,22 +88,15 @@ def run(args: argparse.Namespace) -> int:
                 "wall_s": time.perf_counter() - started}
         paths = write_report(args.out, meta, rollouts, results)
 
-    rows = interactive_table(results)
-    table = Table(title=f"MemGym demo ({preset}, {meta['wall_s']:.0f} s, {meta['model_calls']} model calls, "
-                        f"{args.model} on {meta['engine']})")
-    for col in rows[0]:
-        table.add_column(col)
-    for r in rows[1:]:
-        table.add_row(*r)
-    console.print(table)
+    # One block per row, wrapped between figures: a table as wide as these cut every figure at 80 columns.
+    width = min(console.width, 100)
+    console.rule(f"MemGym demo ({preset}, {meta['wall_s']:.0f} s, {meta['model_calls']} model calls, "
+                 f"{args.model} on {meta['engine']})")
+    console.print(as_records(interactive_table(results), width), markup=False, highlight=False, soft_wrap=True)
     if compare:
-        rows = trained_table(meta, rollouts, results)
-        table = Table(title="MemBuilder's memory constructor: untrained vs trained (same world, same answerer)")
-        for col in rows[0]:
-            table.add_column(col)
-        for r in rows[1:]:
-            table.add_row(*r)
-        console.print(table)
+        console.rule("MemBuilder's memory constructor: untrained vs trained (same world, same answerer)")
+        console.print(as_records(trained_table(meta, rollouts, results), width), markup=False, highlight=False,
+                      soft_wrap=True)
     built = ", ".join(f"{n} {r['mean_reward']:.2f}" for n, r in rollouts.items())
     console.print(f"MemoryGym-v0 mean reward per session: {built}")
     for name, path in paths.items():

@@ -84,6 +84,25 @@ def trained_table(meta: dict[str, Any], rollouts: dict[str, Any], results: dict[
     return rows
 
 
+def as_records(rows: list[list[str]], width: int = 80) -> str:
+    """A table as one block per row, for a terminal or a log of any width: the row's first cell on
+    its own line, then "column value" pairs wrapped between pairs, never inside one, so no figure
+    or name is ever cut (a wide table in an 80-column terminal cut every figure: ``0.5…``)."""
+    head, blocks = rows[0], []
+    for row in rows[1:]:
+        lines, line = [row[0]], "  "
+        for col, value in zip(head[1:], row[1:], strict=True):
+            pair = f"{col} {value}"
+            if line.strip() and len(line) + 3 + len(pair) > width:
+                lines.append(line)
+                line = "  "
+            line += (" · " if line.strip() else "") + pair
+        if line.strip():
+            lines.append(line)
+        blocks.append("\n".join(lines))
+    return "\n".join(blocks)
+
+
 def markdown(rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows[1:]])
