@@ -12,7 +12,9 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from membuilder.agents.constructor import OBS_CORE, OBS_SESSION
 from membuilder.llm.base import Sampling
+from membuilder.memory.grounding import Grounding, grounded_share, written_units
 from membuilder.memory.ops import AGENTS, parse
 from membuilder.reward import CandidateScorer
 from membuilder.training.prompts import fit_prompt, token_counter
@@ -129,7 +131,26 @@ def evaluate_policy(model, tokenizer, scorers: Mapping[str, CandidateScorer], se
             learnable[key][name] = value
     return {"valid_rate": valid, "cut_rate": cut_rate, "reward": reward, "task_reward": task,
             "session_rewards": per_session, "session_keys": keys, "sessions": len(keys), "outputs": dict(outputs),
-            **learnable}
+            "grounding": grounding_of(outputs, {k: first.observation(k) for k in keys}), **learnable}
+
+
+def grounding_of(outputs: Mapping[str, Mapping[str, str]], observations: Mapping[str, Mapping[str, Any]]) -> dict:
+    """Per agent and over all: how many written entries are grounded in the session or in the memory
+    the writer was shown (``membuilder.memory.grounding``)."""
+    per_agent = {a: Grounding() for a in AGENTS}
+    total = Grounding()
+    for key, outs in outputs.items():
+        obs = observations[key]
+        sources = [obs.get(OBS_SESSION, ""), obs.get(OBS_CORE, ""), *(t for a in AGENTS[1:] for t in obs.get(a, ()))]
+        for agent in AGENTS:
+            parsed = parse(agent, outs.get(agent, ""))
+            if not parsed.valid:
+                continue
+            for unit in written_units(parsed.ops, obs.get(OBS_CORE, "")):
+                share = grounded_share(unit, sources)
+                per_agent[agent].add(share)
+                total.add(share)
+    return {"all": total.to_dict(), **{a: g.to_dict() for a, g in per_agent.items()}}
 
 
 def baseline_summary(scorer: CandidateScorer, keys: Sequence[str], rewards: Sequence[float]) -> dict[str, Any]:

@@ -1,0 +1,45 @@
+"""The judge-free grounding measure: a written entry's content words found in the session or the memory shown."""
+
+from __future__ import annotations
+
+from membuilder.memory.grounding import GROUNDED_SHARE, Grounding, content_words, grounded_share, written_units
+from membuilder.memory.ops import parse
+from membuilder.training.policy_eval import grounding_of
+
+SESSION = "Caroline: I lost my job last week. I'm going to open a dance studio downtown."
+
+
+def test_catalog_phrases_are_not_grounded_in_a_dialogue_about_something_else():
+    assert grounded_share("Workout routine: yoga practice", [SESSION]) == 0.0
+    assert grounded_share("Caroline lost her job and plans a dance studio downtown", [SESSION]) >= GROUNDED_SHARE
+    assert grounded_share("the and of", [SESSION]) is None  # no content words: nothing to judge
+    assert "details" not in content_words("Coffee: pour-over | Details: First mentioned by the user")
+
+
+def test_written_units_take_a_rewrites_new_lines_and_each_entry():
+    before = "Job: teacher\nCity: Boston"
+    core = parse("core", '{"operation": "REWRITE", "content": "Job: teacher\\nCity: Boston\\nPlan: dance studio"}')
+    assert written_units(core.ops, before) == ["Plan: dance studio"]
+    entries = parse("semantic", '{"operations": [{"action": "ADD", "memory": "Plan: dance studio"}, '
+                                '{"action": "UPDATE", "old_memory": "Job: teacher", "new_memory": "Job: none"}]}')
+    assert written_units(entries.ops) == ["Plan: dance studio", "Job: none"]
+
+
+def test_grounding_counts():
+    g = Grounding()
+    for share in (1.0, 0.5, None, 0.7):
+        g.add(share)
+    assert g.to_dict() == {"entries": 3, "grounded": 2, "grounded_rate": 2 / 3, "mean_share": 2.2 / 3}
+
+
+def test_policy_evaluation_reports_grounding_per_agent():
+    obs = {"s1": {"session": SESSION, "core": "Job: teacher", "episodic": (), "semantic": ("Pet: a cat",),
+                  "procedural": ()}}
+    outputs = {"s1": {"core": '{"operation": "REPLACE", "old_text": "teacher", "new_text": "lost the job last week"}',
+                      "episodic": '{"operations": [{"action": "ADD", "memory": "Caroline lost her job last week"}]}',
+                      "semantic": '{"operations": [{"action": "ADD", "memory": "Workout routine: yoga practice"}]}',
+                      "procedural": "not json"}}
+    g = grounding_of(outputs, obs)
+    assert g["episodic"]["grounded"] == 1 and g["semantic"]["grounded"] == 0
+    assert g["procedural"]["entries"] == 0  # an invalid output writes nothing to judge
+    assert g["all"]["entries"] == 3 and g["all"]["grounded"] == 2
