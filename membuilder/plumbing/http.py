@@ -3,7 +3,9 @@
 
 - ``HttpServer``: binds its socket at construction (port 0 picks a free one), refuses an address
   beyond loopback without an API key, and serves from a background thread (``start``) or this
-  one (``serve_forever``) until ``stop``. ``ServerSettings`` holds every uvicorn setting.
+  one (``serve_forever``) until ``stop``. ``ServerSettings`` holds every uvicorn setting, and the
+  guards against slow and idle clients (``http_guard``): a header deadline, a body deadline, a cap
+  on open connections that evicts the slowest, and a limit on requests (not connections) at once.
 - ``KeyGuard``: with a key, every HTTP request and WebSocket but the open paths carries
   ``Authorization: Bearer KEY`` (or ``X-Api-Key: KEY``), compared in constant time; it wraps the
   whole app, so routes a library adds (OpenEnv's) are covered too.
@@ -25,6 +27,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from membuilder.plumbing.http_guard import RequestCap, guarded_h11
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 API_KEY_ENV = "MEMGYM_API_KEY"  # where servers and their clients read the key when none is given
@@ -88,13 +92,15 @@ def parse_body(raw: bytes) -> dict:
 
 async def read_json_body(request, max_bytes: int) -> dict:
     """The request body as a JSON object, refused with 413 past ``max_bytes`` (declared or sent)
-    and 400 when it is not one."""
+    and 400 when it is not one. The bytes read are left in ``request.state.body_bytes`` (a server
+    can release memory after large ones)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise RequestError(f"request body over {max_bytes} bytes", status=413)
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
+        request.state.body_bytes = size
         if size > max_bytes:
             raise RequestError(f"request body over {max_bytes} bytes", status=413)
         chunks.append(chunk)
@@ -167,8 +173,22 @@ class ServerSettings:
 
     protocol: str = "auto"  # uvicorn's HTTP parser: "h11", "httptools", or "auto" (httptools when installed)
     keep_alive_s: int = 30  # an idle keep-alive connection is closed after this many seconds
-    max_concurrency: int | None = None  # connections and tasks at once; uvicorn answers 503 beyond (None: no cap)
+    max_concurrency: int | None = None  # requests answered at once; 503 beyond (None: no cap). Idle
+    # and half-sent connections do not count: they are bounded by the deadlines and max_connections.
     backlog: int = 2048  # connections the kernel queues before they are accepted
+    # With a header deadline the h11 parser is used, guarded (``http_guard.guarded_h11``): request
+    # headers must be complete this many seconds after the connection opens or the last response
+    # ends (else 408 and close), a body within body_timeout_s of its headers; past max_connections
+    # open connections a new one closes the one that has waited longest for its headers.
+    header_timeout_s: float | None = None
+    body_timeout_s: float = 60.0
+    max_connections: int | None = None
+
+    def __post_init__(self):
+        for name in ("header_timeout_s", "body_timeout_s", "max_connections", "max_concurrency"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"ServerSettings.{name} must be > 0, got {value}")
 
 
 class HttpServer:
@@ -184,15 +204,20 @@ class HttpServer:
         self.name, self.settings = name, settings or ServerSettings()
         if api_key:
             app = KeyGuard(app, api_key, open_paths, error)
+        if self.settings.max_concurrency is not None:  # outermost: a flood is refused before the key check
+            app = RequestCap(app, self.settings.max_concurrency, error)
         self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((host, port))
         self.sock.listen(self.settings.backlog)
         import uvicorn
 
-        config = uvicorn.Config(app, http=self.settings.protocol, lifespan="off", log_level="warning",
-                                access_log=False, limit_concurrency=self.settings.max_concurrency,
-                                timeout_keep_alive=self.settings.keep_alive_s)
+        settings = self.settings
+        protocol = settings.protocol
+        if settings.header_timeout_s is not None:
+            protocol = guarded_h11(settings.header_timeout_s, settings.body_timeout_s, settings.max_connections)
+        config = uvicorn.Config(app, http=protocol, lifespan="off", log_level="warning", access_log=False,
+                                timeout_keep_alive=settings.keep_alive_s)
         self.uvicorn = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from membuilder.llm.embedders import load_embedder
 from membuilder.llm.registry import load_chat_model
@@ -14,6 +15,7 @@ EXAMPLES = """examples:
   memgym serve                                   # SmolLM2-135M + MiniLM on http://127.0.0.1:8000/v1
   memgym serve --model runs/adrpo/checkpoint-200 --port 8100 --served-name memgym-policy
   MEMGYM_API_KEY=s3cret memgym serve --host 0.0.0.0   # beyond loopback a key is required
+  memgym serve --host 0.0.0.0 --api-key-file ~/.memgym/key  # the key from a file (first line)
 
 then point any role at it, e.g. --judge openai:smollm2-135m@http://127.0.0.1:8000/v1
 (with a key: export it and add api_key_env: MEMGYM_API_KEY to the role's model config)
@@ -36,7 +38,11 @@ def add_arguments(parser) -> None:
                         help="concurrent requests gathered into one generate call (default: 16)")
     parser.add_argument("--api-key", default=None,
                         help=f"clients must send 'Authorization: Bearer KEY' (default: ${API_KEY_ENV}; "
-                             "required when --host is not loopback)")
+                             "required when --host is not loopback). A key on the command line is visible "
+                             f"to every user of this machine (ps): prefer ${API_KEY_ENV} or --api-key-file")
+    parser.add_argument("--api-key-file", default=None,
+                        help="read the API key from this file's first line (keep it readable by you alone); "
+                             "overrides --api-key and $" + API_KEY_ENV)
     parser.add_argument("--max-queue", type=int, default=256,
                         help="requests waiting or running at once; one more is answered 429 (default: 256)")
     parser.add_argument("--max-tokens", type=int, default=2048,
@@ -44,8 +50,29 @@ def add_arguments(parser) -> None:
     parser.add_argument("--unconstrained-json", action="store_true",
                         help="answer response_format json_object / json_schema requests with unconstrained text "
                              "that the client parses itself (Mem0 and A-Mem writes need this; default: refuse them)")
+    parser.add_argument("--header-timeout", type=float, default=10.0,
+                        help="seconds a connection has to send complete request headers, from when it opens or "
+                             "its last response ends; slower ones get 408 and are closed (default: 10)")
+    parser.add_argument("--max-connections", type=int, default=1000,
+                        help="open connections at most; one more closes the connection that has waited longest "
+                             "for its headers (default: 1000)")
     parser.add_argument("--context-length", type=int, default=None,
                         help="prompt + completion tokens per request (default: the model's own context length)")
+
+
+def api_key_from(args) -> str | None:
+    """The key from --api-key-file, else --api-key, else $MEMGYM_API_KEY, else None."""
+    path = getattr(args, "api_key_file", None)
+    if path is None:
+        return api_key_or_env(args.api_key)
+    try:
+        lines = Path(path).expanduser().read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"--api-key-file {path}: cannot read it ({type(exc).__name__}: {exc})") from None
+    key = lines[0].strip() if lines else ""
+    if not key:
+        raise ValueError(f"--api-key-file {path}: the first line is empty; it must hold the key")
+    return key
 
 
 def run(args) -> int:
@@ -53,9 +80,10 @@ def run(args) -> int:
         raise ValueError(f"--max-batch must be >= 1, got {args.max_batch}")
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be between 0 and 65535, got {args.port}")
-    api_key = api_key_or_env(args.api_key)
+    api_key = api_key_from(args)
     check_binding(args.host, api_key)  # before the model loads, so a refusal comes at once
-    limits = ServeLimits(context_length=args.context_length, max_tokens=args.max_tokens, max_queue=args.max_queue)
+    limits = ServeLimits(context_length=args.context_length, max_tokens=args.max_tokens, max_queue=args.max_queue,
+                         header_timeout_s=args.header_timeout, max_connections=args.max_connections)
     model = load_chat_model(args.model, backend="transformers", device=args.device, dtype=args.dtype,
                             batch_size=args.max_batch)
     embedder = None if args.no_embedder else load_embedder(args.embedder)
