@@ -6,8 +6,10 @@ grade from it, with the judge check on; each system and benchmark is an ordinary
 folder under ``--out`` (rerun the command to resume). The table goes to stdout and to
 ``<out>/table.md``: judge accuracy with a 95% Wilson interval (computed here: ``memgym eval``
 reports counts), LoCoMo token F1, recall@k, the judge check, and each system's build and
-retrieval cost ("failed model replies": writes the endpoint refused or whose reply the peer
-could not parse, by the peer's own account).
+retrieval cost, summed over every invocation of its folder (a resumed run adds to the first),
+with the embeddings its build made, ours and the peer's own ("failed writes": writes the
+endpoint refused or whose model reply the peer could not parse, by the peer's own account:
+Mem0 then stores nothing, A-Mem keeps the note without its keywords or skips its evolution).
 
     python bench/peers_side_by_side.py                       # everything (hours on 2 CPU cores)
     python bench/peers_side_by_side.py --systems rag,mem0 --locomo-limit 10 --lme-limit 1
@@ -47,7 +49,7 @@ def row(bench: str, system: str, results: dict) -> dict:
     lo, hi = wilson(right, len(judged)) or (math.nan, math.nan)
     head = summary.get("headline") or summary.get("overall") or {}
     check = run.get("judge_check") or {}
-    stages = run["invocations"][-1]["stages"] if run.get("invocations") else {}
+    stages = summed_stages(run)
     build, retrieve = stages.get("build", {}), stages.get("retrieve", {})
     builds = run.get("builds", {}).values()
     failed = sum(b.get(k, 0) for b in builds
@@ -58,8 +60,22 @@ def row(bench: str, system: str, results: dict) -> dict:
             "check": check.get("agreement"), "trusted": check.get("trusted"), "controls": check.get("n"),
             "build_s": build.get("wall_s"), "retrieve_s": retrieve.get("wall_s"),
             "build_tokens": int(build.get("prompt_tokens", 0) + build.get("completion_tokens", 0)),
+            "build_embeds": int(build.get("embedded_texts", 0)),
             "memories": sum(b.get("memories", b.get("chunks", 0)) or 0 for b in builds),
-            "failed_replies": failed}
+            "failed_writes": failed}
+
+
+def summed_stages(run: dict) -> dict[str, dict[str, float]]:
+    """Each stage's wall time, tokens and embeddings over every invocation (a run resumed after
+    its build spends nothing on it in the last invocation)."""
+    out: dict[str, dict[str, float]] = {}
+    for inv in run.get("invocations") or []:
+        for name, counts in (inv.get("stages") or {}).items():
+            acc = out.setdefault(name, {})
+            for k, v in counts.items():
+                if isinstance(v, int | float) and not isinstance(v, bool):
+                    acc[k] = acc.get(k, 0) + v
+    return out
 
 
 def pct(x) -> str:
@@ -68,14 +84,15 @@ def pct(x) -> str:
 
 def table(rows: list[dict]) -> str:
     head = ("| benchmark | system | judged | judge acc % [95% CI] | F1 % | recall@k % | judge check | build s | "
-            "retrieve s | build tokens | memories | failed model replies |")
-    lines = [head, "|" + "---|" * 12]
+            "retrieve s | build tokens | build embedded texts | memories | failed writes |")
+    lines = [head, "|" + "---|" * 13]
     for r in rows:
         check = "-" if r["check"] is None else \
             f"{pct(r['check'])}% of {r['controls']} ({'trusted' if r['trusted'] else 'not trusted'})"
         lines.append(f"| {r['benchmark']} | {r['system']} | {r['n']} | {pct(r['acc'])} [{pct(r['lo'])}, "
                      f"{pct(r['hi'])}] | {pct(r['f1'])} | {pct(r['recall'])} | {check} | {r['build_s'] or 0:.0f} | "
-                     f"{r['retrieve_s'] or 0:.1f} | {r['build_tokens']} | {r['memories']} | {r['failed_replies']} |")
+                     f"{r['retrieve_s'] or 0:.1f} | {r['build_tokens']} | {r['build_embeds']} | {r['memories']} | "
+                     f"{r['failed_writes']} |")
     return "\n".join(lines)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from membuilder.agents.a_mem_assistant import AMemAssistant
 from membuilder.agents.assistant import ChatAssistant
 from membuilder.agents.awe import AWEAssistant
 from membuilder.agents.awi import AWIAssistant
@@ -14,13 +15,14 @@ from membuilder.agents.native import NativeAssistant
 from membuilder.agents.oracle import OracleAssistant
 from membuilder.agents.rag import RAGAssistant
 
-ASSISTANTS = ("native", "rag", "awe", "awi", "membuilder", "oracle", "mem0", "mem0-infer")
-NEEDS_EMBEDDER = ("rag", "awe", "membuilder", "mem0", "mem0-infer")
+ASSISTANTS = ("native", "rag", "awe", "awi", "membuilder", "oracle", "mem0", "mem0-infer", "a-mem")
+NEEDS_EMBEDDER = ("rag", "awe", "membuilder", "mem0", "mem0-infer", "a-mem")
 
 
 CLASSES = {"native": NativeAssistant, "rag": RAGAssistant, "awe": AWEAssistant, "awi": AWIAssistant,
            "membuilder": MemBuilderAssistant, "oracle": OracleAssistant,
-           "mem0": Mem0Assistant, "mem0-infer": Mem0InferAssistant}  # the mem0ai package: extra memgym[peers]
+           "mem0": Mem0Assistant, "mem0-infer": Mem0InferAssistant,  # the mem0ai package: extra memgym[peers]
+           "a-mem": AMemAssistant}  # the a-mem package: extra memgym[peers]
 
 
 def assistant_class(name: str):

@@ -12,7 +12,10 @@ A-Mem imports) reads its bundled price table instead of fetching one
 endpoint through ``OPENAI_BASE_URL`` while the store is built (its only way to take one). A-Mem
 prints (analysis) or logs (evolution), and then shrugs off, a reply it cannot parse; those
 are counted as failed analyses and failed evolutions. Its model tokens are counted where the model is ours (the
-loopback server books them under the run's build stage); its client reports no usage.
+loopback server books them under the run's build stage); its client reports no usage. Its own
+embeddings (calls and texts, counted around its embedding function) go to the build and
+retrieve stages beside ours. The store plumbing is shared with the interactive assistant
+(``membuilder/agents/a_mem_store.py``).
 
 One ChromaDB folder per conversation (A-Mem has no users), so nothing leaks across
 conversations. Notes know their session, so recall is session-level and a note carries the
@@ -21,48 +24,17 @@ evidence when it comes from an evidence session and holds half the gold answer's
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import logging
-import os
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
-from membuilder.agents.mem0_store import LoggedFailures
+from membuilder.agents.a_mem_store import add_note, import_a_mem, open_a_mem, shown_note  # noqa: F401 - peer_factory imports import_a_mem from here
 from membuilder.plumbing.json_files import atomic_write_text
 from memgym_env.benchmarks.answering import memory_block
 from memgym_env.benchmarks.systems import Context, conversation_digest, holds_answer, message_line
 from memgym_env.conversation import Conversation, QAItem
-
-INSTALL_HINT = "A-Mem is an optional peer: pip install 'memgym[peers]' (or: pip install a-mem)"
-FAILED_ANALYSIS = "Error analyzing content"  # printed by A-Mem
-FAILED_EVOLUTION = ("Error in memory evolution", "Error in process_memory")  # logged by A-Mem
-
-
-def import_a_mem():
-    os.environ["ANONYMIZED_TELEMETRY"] = "False"
-    os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
-    try:
-        from agentic_memory.memory_system import AgenticMemorySystem
-    except ImportError as exc:
-        raise ImportError(f"{INSTALL_HINT} ({exc})") from exc
-    return AgenticMemorySystem
-
-
-@contextlib.contextmanager
-def _base_url(url: str):
-    old = os.environ.get("OPENAI_BASE_URL")
-    os.environ["OPENAI_BASE_URL"] = url
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("OPENAI_BASE_URL", None)
-        else:
-            os.environ["OPENAI_BASE_URL"] = old
 
 
 class AMemSystem:
@@ -75,15 +47,14 @@ class AMemSystem:
             raise ValueError("a-mem needs an endpoint for its model (every note is analysed by it)")
         self.embedder_path, self.k, self.endpoint, self.window, self.server = embedder_path, k, endpoint, window, server
         self._mem = None
+        self._embeds = {"embed_calls": 0, "embedded_texts": 0}  # A-Mem's own, for the open store
         self._conv: str | None = None
         self._notes: dict[str, str] = {}  # note id -> session id, for the open conversation
         self.costs: dict[str, dict[str, float]] = {"build": {}, "retrieve": {}}
 
     def _open(self, folder: Path):
-        cls = import_a_mem()
-        with _base_url(self.endpoint.base_url):
-            return cls(model_name=self.embedder_path, llm_backend="openai", llm_model=self.endpoint.model,
-                       api_key=self.endpoint.api_key, storage_path=str(folder))
+        self._mem, self._embeds = open_a_mem(folder, self.embedder_path, self.endpoint)
+        return self._mem
 
     def _count(self, stage: str, **counts: float) -> None:
         acc = self.costs[stage]
@@ -117,36 +88,18 @@ class AMemSystem:
             state["sessions_done"] = done
             self._save(state_path, state)
         self._notes = dict(state["notes"])
+        counts |= self._embeds  # the store is new: all its embeddings so far are this build's
         self._count("build", **counts)
         return {"sessions_reused": reused, "sessions_built": done - reused, "memories": len(self._notes), **counts}
 
     def _add(self, text: str, when: str | None, counts: dict[str, float]) -> str:
-        printed, failures = io.StringIO(), LoggedFailures(FAILED_EVOLUTION)
-        log = logging.getLogger("agentic_memory.memory_system")
-        log.addHandler(failures)
-        started = time.perf_counter()
-        try:
-            with _base_url(self.endpoint.base_url), contextlib.redirect_stdout(printed):
-                nid = self._mem.add_note(text, time=when or None)
-        finally:
-            log.removeHandler(failures)
-        counts["a_mem_wall_s"] += time.perf_counter() - started
-        counts["notes"] += 1
-        counts["failed_analyses"] += printed.getvalue().count(FAILED_ANALYSIS)
-        counts["failed_evolutions"] += failures.count
-        return nid
+        return add_note(self._mem, self.endpoint, text, when, counts)
 
     @staticmethod
     def _save(path: Path, state: dict[str, Any]) -> None:
         atomic_write_text(path, json.dumps(state))
 
-    @staticmethod
-    def _shown(note) -> str:
-        extra = "; ".join(f"{name}: {value}" for name, value in (
-            ("context", note.context if note.context != "General" else ""),
-            ("keywords", ", ".join(note.keywords or [])), ("tags", ", ".join(note.tags or []))) if value)
-        stamp = f"[{note.timestamp}] " if note.timestamp else ""
-        return stamp + note.content + (f" ({extra})" if extra else "")
+    _shown = staticmethod(shown_note)
 
     def contexts(self, conv: Conversation, items: list[QAItem]) -> list[Context]:
         if self._conv != conv.id or self._mem is None:
@@ -154,7 +107,7 @@ class AMemSystem:
         turns_of = {s.id: sorted({m.meta["id"] for m in s.messages if m.meta.get("id")}) for s in conv.sessions}
         session_of = {m.meta.get("id"): s.id for s in conv.sessions for m in s.messages}
         out = []
-        started = time.perf_counter()
+        started, embeds = time.perf_counter(), dict(self._embeds)
         for item in items:
             hits = [h["id"] for h in self._mem.search(item.question, k=self.k)]
             notes = [self._mem.read(h) for h in hits]
@@ -168,7 +121,8 @@ class AMemSystem:
             out.append(Context(memory_block(None, [self._shown(n) for _, n in kept]),
                                [turns_of.get(self._notes.get(h), []) for h, _ in kept], [h for h, _ in kept],
                                written, read, recall_level="session" if ev_sessions else None))
-        self._count("retrieve", searches=len(items), a_mem_wall_s=time.perf_counter() - started)
+        self._count("retrieve", searches=len(items), a_mem_wall_s=time.perf_counter() - started,
+                    **{k: v - embeds[k] for k, v in self._embeds.items()})
         return out
 
     def close(self) -> None:

@@ -48,20 +48,20 @@ IDENTITY = ("world_digest", "assistant", "model", "constructor", "simulator", "r
 @dataclass
 class RunConfig:
     world: str = field(metadata={"help": "world file (data.json format, e.g. from `memgym world generate`)"})
-    assistant: str = field(metadata={"help": "native, rag, awe, awi, membuilder, oracle, mem0 or mem0-infer (memgym[peers]); "
+    assistant: str = field(metadata={"help": "native, rag, awe, awi, membuilder, oracle, mem0, mem0-infer or a-mem (the last three: memgym[peers]); "
                                              "a comma list runs each into OUT/<name>"})
     out: str = field(metadata={"help": "run folder (resumed when it exists)"})
     model: str = field(default="smollm2-135m", metadata={"help": "chat model spec of the assistant, answerer and checker"})
     policy_model: str = field(default=TRAINED_POLICY, metadata={
         "help": "membuilder's memory constructor where --model is SmolLM2-135M: the trained policy, or "
                 "smollm2-135m for the untrained base (any other --model constructs with itself)"})
-    embedder: str = field(default="minilm", metadata={"help": "embedder spec (rag, awe, membuilder, mem0)"})
+    embedder: str = field(default="minilm", metadata={"help": "embedder spec (rag, awe, membuilder; mem0, mem0-infer and a-mem load this local model themselves)"})
     simulator: str = field(default="template", metadata={"help": "user simulator: template (offline) or llm (the model)"})
     replay: str | None = field(default=None, metadata={"help": "off-policy: a run folder whose interactions to feed, or 'world'"})
     users: int | None = field(default=None, metadata={"help": "only the first N users"})
     seed: int = field(default=0, metadata={"help": "seed of random choices and template follow-ups"})
     reply_tokens: int = field(default=48, metadata={"help": "longest assistant reply"})
-    write_tokens: int = field(default=128, metadata={"help": "longest memory-writing output (awe, awi, membuilder, mem0-infer)"})
+    write_tokens: int = field(default=128, metadata={"help": "longest memory-writing output (awe, awi, membuilder, mem0-infer, a-mem)"})
     write_prompt_tokens: int = field(default=WRITE_PROMPT_TOKENS, metadata={
         "help": "longest membuilder memory-writing prompt; longer ones lose memory-view entries first. Keep "
                 "write_prompt_tokens + write_tokens within the writing model's context (vLLM: its max_model_len)"})
@@ -69,7 +69,7 @@ class RunConfig:
         "help": "what membuilder's answers retrieve (other assistants ignore it): all (every entry, including "
                 "those an UPDATE or MERGE replaced, as MemBuilder is published) or live (replaced entries left out)"})
     context_tokens: int = field(default=1024, metadata={"help": "most tokens of memory text in a prompt"})
-    top_k: int | None = field(default=None, metadata={"help": "retrieved items for rag/awe/mem0 (published default 30)"})
+    top_k: int | None = field(default=None, metadata={"help": "retrieved items for rag, awe, mem0, mem0-infer (published default 30) and a-mem (default 10, as memgym eval)"})
     factual_recall: bool = field(default=True, metadata={"help": "check each period's new facts against memory"})
     checker: str | None = field(default=None, metadata={"help": "model spec of the factual-recall checker (default: --model)"})
     evolve: str = field(default="none", metadata={"help": "self-evolution of awe/awi: none, question-only, complete"})
@@ -85,13 +85,13 @@ class RunConfig:
 
     def assistant_options(self) -> dict[str, Any]:
         opts: dict[str, Any] = {"reply_tokens": self.reply_tokens, "context_tokens": self.context_tokens}
-        if self.assistant in ("awe", "awi", "membuilder", "mem0-infer"):
+        if self.assistant in ("awe", "awi", "membuilder", "mem0-infer", "a-mem"):
             opts["write_tokens"] = self.write_tokens
         if self.assistant == "membuilder":
             opts["write_prompt_tokens"] = self.write_prompt_tokens
             if self.memory_view != "all":  # the default stays out, so run folders from before it still resume
                 opts["memory_view"] = self.memory_view
-        if self.top_k is not None and self.assistant in ("rag", "awe", "mem0", "mem0-infer"):
+        if self.top_k is not None and self.assistant in ("rag", "awe", "mem0", "mem0-infer", "a-mem"):
             opts["top_k"] = self.top_k
         return opts
 

@@ -39,7 +39,9 @@ def test_a_mem_builds_notes_per_turn_and_answers_from_its_own_conversation(tmp_p
         # every note is analysed by the model; replies it cannot parse are counted, never raised
         assert model.ledger.to_dict()["by_purpose"]["write"]["calls"] - before >= 2
         assert 0 <= built["failed_analyses"] <= 2 and 0 <= built["failed_evolutions"] <= 1  # only the 2nd has neighbours
+        assert built["embedded_texts"] >= 2 and system.costs["build"]["embed_calls"] >= 2  # A-Mem's own embeddings
         ctx = system.contexts(dogs, dogs.qa)[0]
+        assert system.costs["retrieve"]["embedded_texts"] >= 1  # the question, embedded by A-Mem
         assert "[1 May 2023] Ana: I adopted a beagle called Max." in ctx.memory
         assert ctx.recall_level == "session" and ctx.written is True and ctx.read is True
         system.build(music, tmp_path / "music")
