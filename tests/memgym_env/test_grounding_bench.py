@@ -1,0 +1,23 @@
+"""bench/grounding_locomo.py builds memory over LoCoMo conv-26 with a writer and reports grounding."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import grounding_locomo  # noqa: E402
+
+
+def test_grounding_bench_on_one_session_with_a_tiny_writer(tiny_chat_path, shared_data, tmp_path):
+    out = tmp_path / "g.json"
+    grounding_locomo.main(["--data", str(shared_data / "locomo" / "locomo10_conv-26.json"), "--writers", tiny_chat_path,
+                           "--sessions", "1", "--max-new-tokens", "8", "--out", str(out)])
+    result = json.loads(out.read_text())
+    r = result["writers"][tiny_chat_path]
+    assert result["sessions"] == 1 and set(r["per_agent"]) == {"core", "episodic", "semantic", "procedural"}
+    assert 0 <= r["all"]["grounded"] <= r["all"]["entries"]
+    assert out.with_suffix(".md").read_text().startswith("LoCoMo ")
