@@ -13,6 +13,7 @@ lock keeps a second run out of a folder in use. At the end: ``results.json`` (ru
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -22,7 +23,7 @@ import socket
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -68,43 +69,63 @@ class EvalConfig:
     system: str = field(default="rag", metadata={"help": "membuilder | rag | full-context | oracle-evidence | mem0 | "
                                                          "mem0-infer | a-mem (peers need memgym[peers])"})
     model: str = field(default="smollm2-135m", metadata={"help": "memory constructor model (membuilder; the model "
-                                                                  "behind mem0-infer and a-mem writes)"})
-    answerer: str = field(default="smollm2-135m", metadata={"help": "answer model"})
-    judge: str = field(default="smollm2-135m", metadata={"help": "judge model"})
-    embedder: str = field(default="minilm", metadata={"help": "sentence embedder (rag, membuilder)"})
-    qa_data: str | None = field(default=None, metadata={"help": "PerLTQA QA file (default: next to --data)"})
-    limit: int | None = field(default=None, metadata={"help": "evaluate only the first N questions"})
-    skip_bad: bool = field(default=False, metadata={"help": "skip malformed records with a counted warning"})
-    seed: int = field(default=0, metadata={"help": "sampling seed"})
-    batch_size: int = field(default=8, metadata={"help": "questions per generate call (bounds concurrent remote requests)"})
-    answer_k: int = field(default=10, metadata={"help": "entries retrieved for answering (membuilder, mem0, a-mem)"})
+                                                                  "behind mem0-infer and a-mem writes; unused by rag, "
+                                                                  "full-context, oracle-evidence and mem0)"})
+    answerer: str = field(default="smollm2-135m", metadata={"help": "answer model (every system)"})
+    judge: str = field(default="smollm2-135m", metadata={"help": "judge model (every system)"})
+    embedder: str = field(default="minilm", metadata={"help": "sentence embedder (rag, membuilder, mem0, mem0-infer, "
+                                                               "a-mem; unused by full-context and oracle-evidence)"})
+    qa_data: str | None = field(default=None, metadata={"help": "PerLTQA QA file (default: next to --data; "
+                                                                "perltqa only)"})
+    limit: int | None = field(default=None, metadata={"help": "evaluate only the first N questions, N >= 1 "
+                                                              "(every system)", "min": 1})
+    skip_bad: bool = field(default=False, metadata={"help": "skip malformed records with a counted warning "
+                                                            "(every system)"})
+    seed: int = field(default=0, metadata={"help": "sampling seed of the answer model (every system)"})
+    batch_size: int = field(default=8, metadata={"help": "questions per generate call, >= 1 (every system; bounds "
+                                                         "concurrent remote requests)", "min": 1})
+    answer_k: int = field(default=10, metadata={"help": "entries retrieved for answering, >= 1 (membuilder, mem0, "
+                                                        "mem0-infer, a-mem)", "min": 1})
     memory_view: str = field(default="all", metadata={
         "help": "membuilder only: what answers retrieve, all (every entry, including those an UPDATE or MERGE "
                 "replaced, as MemBuilder is published) or live (replaced entries left out)"})
-    rag_k: int = field(default=5, metadata={"help": "raw chunks retrieved (rag)"})
-    recall_k: int = field(default=10, metadata={"help": "k of the retrieval recall@k metric"})
-    context_tokens: int = field(default=6000, metadata={"help": "history budget of full-context, in answerer tokens"})
-    construct_max_tokens: int = field(default=384, metadata={"help": "new tokens per memory-agent output (membuilder; "
-                                                                      "per write of mem0-infer and a-mem)"})
-    peer_window: int = field(default=0, metadata={"help": "messages per inferred write: mem0-infer (0: one write per "
-                                                           "session), a-mem (0: one note per turn, as published)"})
+    rag_k: int = field(default=5, metadata={"help": "raw chunks retrieved, >= 1 (rag only)", "min": 1})
+    recall_k: int = field(default=10, metadata={"help": "k of the retrieval recall@k metric, >= 1 (systems that "
+                                                        "retrieve: rag, membuilder, mem0, mem0-infer, a-mem)",
+                                                "min": 1})
+    context_tokens: int = field(default=6000, metadata={"help": "history budget in answerer tokens, >= 1 "
+                                                                "(full-context only)", "min": 1})
+    construct_max_tokens: int = field(default=384, metadata={"help": "new tokens per memory-agent output, >= 1 "
+                                                                      "(membuilder; per write of mem0-infer and "
+                                                                      "a-mem)", "min": 1})
+    peer_window: int = field(default=0, metadata={"help": "messages per inferred write, >= 0: mem0-infer (0: one "
+                                                           "write per session), a-mem (0: one note per turn, as "
+                                                           "published); unused by other systems", "min": 0})
     serve_context_length: int | None = field(default=None, metadata={
         "help": "context of the loopback server MemGym starts for mem0-infer / a-mem over a local --model "
-                "(default: the model's own; a longer prompt is a refused write)"})
-    answer_max_tokens: int = field(default=64, metadata={"help": "new tokens per answer"})
-    judge_max_tokens: int = field(default=24, metadata={"help": "new tokens per verdict"})
+                "(default: the model's own; a longer prompt is a refused write)", "min": 1})
+    answer_max_tokens: int = field(default=64, metadata={"help": "new tokens per answer, >= 1 (every system)",
+                                                         "min": 1})
+    judge_max_tokens: int = field(default=24, metadata={"help": "new tokens per verdict, >= 1 (every system)",
+                                                        "min": 1})
     judge_mode: str = field(default="auto", metadata={"help": "generate (parse the written verdict), logprob (likelier "
                                                               "verdict wins), calibrated (logprob with the margin cut "
                                                               "fitted on the judge check's controls), auto (logprob "
-                                                              "for local models)"})
+                                                              "for local models); every system"})
     judge_prompt: str = field(default="published", metadata={
         "help": "published (the benchmark's published judge criteria; LoCoMo: Mem0's generous J) or strict "
-                "(LoCoMo only: our stricter prompt, not comparable with published J scores)"})
+                "(LoCoMo only: our stricter prompt, not comparable with published J scores); every system"})
     judge_check: bool = field(default=True, metadata={"help": "grade known-right and known-wrong control answers "
-                                                               "to see whether the judge can be trusted"})
+                                                               "to see whether the judge can be trusted (every "
+                                                               "system)"})
 
     def __post_init__(self) -> None:
         check_memory_view(self.memory_view)  # refused before the output folder is touched
+        for f in fields(self):  # before any model loads: --batch-size 0 would fail only after it, --limit -1 run all
+            low, value = f.metadata.get("min"), getattr(self, f.name)
+            if low is not None and value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                                          or value < low):
+                raise ValueError(f"--{f.name.replace('_', '-')} must be an integer >= {low}, got {value!r}")
 
     def judge_prompt_name(self) -> str:
         """The name of the judge prompt in ``judges.PROMPT_TEXTS`` (e.g. ``locomo``, ``locomo-strict``)."""
@@ -120,9 +141,40 @@ class EvalConfig:
                 d.pop(k)
         if self.memory_view == "all":  # the default stays out, so run folders from before it still resume
             d.pop("memory_view")
-        d["data"] = str(Path(self.data).resolve())
-        d["qa_data"] = str(Path(self.qa_data).resolve()) if self.qa_data else None
+        # The data by content: a moved file still resumes, one changed in place does not.
+        d["data"] = content_id(self.data)
+        d["qa_data"] = content_id(self.qa_data) if self.qa_data else None
         return d
+
+
+_HASHES: dict[tuple[str, int, int], str] = {}  # (resolved path, size, mtime) -> "sha256:..."
+
+
+def content_id(path: str) -> str:
+    """``sha256:<hex>`` of a file's bytes (remembered while its size and mtime stay), or its resolved
+    path when it does not exist (the run then fails reading it)."""
+    p = Path(path).resolve()
+    try:
+        st = p.stat()
+    except OSError:
+        return str(p)
+    key = (str(p), st.st_size, st.st_mtime_ns)
+    if key not in _HASHES:
+        h = hashlib.sha256()
+        with p.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        _HASHES[key] = "sha256:" + h.hexdigest()
+    return _HASHES[key]
+
+
+def _same_data(old: Any, new: Any, path: str | None) -> bool:
+    """Run folders written before content hashes held the resolved path: that path, naming the
+    file given now, still matches (and ``_check_resume`` rewrites it as the hash)."""
+    if old == new:
+        return True
+    return (isinstance(old, str) and not old.startswith("sha256:") and path is not None
+            and old == str(Path(path).resolve()))
 
 
 def load_model(spec: str):
@@ -254,6 +306,9 @@ def _check_resume(out: Path, cfg: EvalConfig) -> dict[str, Any]:
         raise ValueError(f"{run_path}: not a run record memgym eval wrote ({type(exc).__name__}: {exc}); "
                          "use a new --out folder") from None
     new = cfg.fingerprint()
+    for key in ("data", "qa_data"):  # an older folder's path becomes this file's content hash
+        if old.get(key) != new.get(key) and _same_data(old.get(key), new.get(key), getattr(cfg, key)):
+            old[key] = new[key]
     diff = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
     if diff:
         changes = "; ".join(f"{k}: {repr(old.get(k))[:60]} there, {repr(new.get(k))[:60]} now" for k in diff)
@@ -417,6 +472,7 @@ def _evaluate(cfg: EvalConfig, out: Path, models: dict[str, Any] | None, quiet: 
     ident = prompt_identity(cfg.judge_prompt_name())
     run["judge_prompt"] = ident
     meta = {**cfg.fingerprint(), "limit": cfg.limit, "judge_prompt": f"{ident['name']} (sha256 {ident['sha256'][:12]})"}
+    meta["data"] = f"{cfg.data} ({meta['data'][:19]})"
     write_json(out / "results.json", {"run": run, "summary": summary, "items": records})
     (out / "report.md").write_text(markdown(summary, meta) + _report_footer(run), encoding="utf-8")
     plot(summary, out / "plot.png")

@@ -30,6 +30,21 @@ LoCoMo reports print the category mapping (1 multi-hop, 2 temporal, 3 open-domai
 """
 
 
+def _at_least(low: int):
+    """An argparse type: an integer >= ``low`` (``--limit -1`` or ``--batch-size 0`` is a usage error,
+    before any model loads)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {value}")
+        return value
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     choices = {"benchmark": BENCHMARKS, "system": SYSTEMS, "judge_mode": JUDGE_MODES}
     for f in dataclasses.fields(EvalConfig):
@@ -40,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default,
                                 help=help_text + f" (default: {'on' if f.default else 'off'})")
             continue
-        kind = int if f.type in (int, "int", "int | None") else str
+        kind = _at_least(f.metadata["min"]) if "min" in f.metadata else int if f.type in (int, "int", "int | None") else str
         parser.add_argument(flag, type=kind, required=required, choices=choices.get(f.name),
                             default=None if required else f.default,
                             help=help_text + ("" if required or f.default is None else f" (default: {f.default})"))

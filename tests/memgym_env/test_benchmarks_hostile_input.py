@@ -348,3 +348,61 @@ def test_a_repeated_locomo_sample_id_is_an_error(tmp_path):
     with pytest.raises(BadRecordError, match=re.escape(f"LoCoMo file {path}, sample conv-26 (#1): field 'sample_id' "
                                                        "repeats sample #0's")):
         read_locomo(path)
+
+
+# ---- memgym eval: settings refused before any model loads; the resume check reads the data's content ----
+@pytest.mark.parametrize("flags, says", [(["--limit", "-1"], "--limit: expected an integer >= 1, got -1"),
+                                         (["--batch-size", "0"], "--batch-size: expected an integer >= 1, got 0"),
+                                         (["--rag-k", "0"], "--rag-k: expected an integer >= 1, got 0")])
+def test_eval_refuses_out_of_range_settings_as_usage_errors(tmp_path, flags, says):
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "memgym_env.cli", "eval", "--benchmark", "locomo", "--data",
+                           str(DATA / "locomo" / "locomo10_conv-26.json"), "--out", str(out), *flags],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and says in done.stderr, done.stderr[-500:]
+    assert not out.exists()  # refused before anything was written or loaded
+
+
+def test_eval_config_refuses_out_of_range_settings_too():
+    from memgym_env.benchmarks.runner import EvalConfig
+
+    with pytest.raises(ValueError, match="--batch-size must be an integer >= 1, got 0"):
+        EvalConfig(benchmark="locomo", data="d.json", out="o", batch_size=0)
+    with pytest.raises(ValueError, match="--limit must be an integer >= 1, got -1"):
+        EvalConfig(benchmark="locomo", data="d.json", out="o", limit=-1)
+
+
+def test_the_resume_fingerprint_follows_the_data_content_not_its_path(tmp_path):
+    from memgym_env.benchmarks.runner import EvalConfig, _check_resume
+
+    data = tmp_path / "a.json"
+    data.write_bytes((DATA / "locomo" / "locomo10_conv-26.json").read_bytes())
+    out = tmp_path / "run"
+    out.mkdir()
+    cfg = EvalConfig(benchmark="locomo", data=str(data), out=str(out), system="oracle-evidence")
+    assert cfg.fingerprint()["data"].startswith("sha256:")
+    (out / "run.json").write_text(json.dumps({"config": cfg.fingerprint(), "invocations": []}))
+    moved = tmp_path / "b.json"
+    data.rename(moved)
+    _check_resume(out, EvalConfig(benchmark="locomo", data=str(moved), out=str(out), system="oracle-evidence"))
+    moved.write_bytes(moved.read_bytes().replace(b"Caroline", b"Carolina"))  # same path, other content
+    with pytest.raises(ValueError, match="another configuration \\(data: 'sha256:"):
+        _check_resume(out, EvalConfig(benchmark="locomo", data=str(moved), out=str(out), system="oracle-evidence"))
+
+
+def test_a_run_folder_fingerprinted_by_path_still_resumes(tmp_path):
+    from memgym_env.benchmarks.runner import EvalConfig, _check_resume
+
+    data = tmp_path / "a.json"
+    data.write_bytes((DATA / "locomo" / "locomo10_conv-26.json").read_bytes())
+    out = tmp_path / "run"
+    out.mkdir()
+    cfg = EvalConfig(benchmark="locomo", data=str(data), out=str(out), system="oracle-evidence")
+    old = {**cfg.fingerprint(), "data": str(data.resolve())}  # as run folders before content hashes hold it
+    (out / "run.json").write_text(json.dumps({"config": old, "invocations": []}))
+    run = _check_resume(out, cfg)
+    assert run["config"]["data"] == cfg.fingerprint()["data"]  # rewritten as the hash when run.json is written
+    other = tmp_path / "c.json"
+    other.write_bytes(data.read_bytes())
+    with pytest.raises(ValueError, match="another configuration"):  # a path-era folder knows only its own path
+        _check_resume(out, EvalConfig(benchmark="locomo", data=str(other), out=str(out), system="oracle-evidence"))
