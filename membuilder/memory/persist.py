@@ -34,7 +34,7 @@ from membuilder.memory.core import Compressor, CoreBlock, CoreEvent
 from membuilder.memory.embedding_cache import EmbeddingCache
 from membuilder.memory.entry import MEMORY_TYPES, Entry
 from membuilder.memory.segment import Segment
-from membuilder.plumbing.json_files import atomic_dir, left_aside
+from membuilder.plumbing.json_files import atomic_dir, left_aside, load_json_file
 
 FORMAT = "memgym-bank"
 VERSION = 1
@@ -155,7 +155,7 @@ def read_bank(path: Path, embedder=None, cache: EmbeddingCache | None = None,
     folder = _recover(Path(path))
     meta_file = folder / "bank.json"
     try:
-        meta = json.loads(meta_file.read_text(encoding="utf-8"))
+        meta = load_json_file(meta_file)  # depth and size checked before parsing: a bank may come from anyone
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise ValueError(f"{meta_file}: not valid JSON ({type(exc).__name__}: {exc})") from None
     if not isinstance(meta, dict):

@@ -18,7 +18,7 @@ from typing import Any
 
 from membuilder.plumbing.json_files import GuardedReader, JSONLimitError, loads_guarded, read_bytes
 
-from .bounds import BOUNDS, Bounds, BoundedReader, check_bounds, clip
+from .bounds import BOUNDS, BoundedReader, Bounds, check_bounds, clip
 
 log = logging.getLogger("memgym.benchmarks")
 

@@ -58,7 +58,7 @@ def parse_reference(raw: Any) -> list[str]:
     elif isinstance(raw, str) and raw.strip().startswith("["):
         try:
             value = ast.literal_eval(raw.strip())
-        except (ValueError, SyntaxError) as exc:
+        except (ValueError, SyntaxError):
             raise ValueError(f"not a list literal: {clip(raw)!r}") from None
     elif isinstance(raw, str) and raw.strip():
         return [raw.strip()]

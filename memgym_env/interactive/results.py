@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from membuilder.plumbing.json_files import write_json
+from membuilder.plumbing.json_files import read_json, write_json
 from memgym_env.interactive import metrics
 from memgym_env.interactive.run_files import period_dir
 from memgym_env.interactive.simulator import reads_replies
@@ -24,10 +23,7 @@ def _load_periods(run: Path, user: WorldUser) -> list[dict[str, Any]]:
         path = period_dir(run, user.id, p) / "evaluation.json"
         if not path.exists():
             break
-        try:
-            out.append(json.loads(path.read_text(encoding="utf-8")))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+        out.append(read_json(path))  # depth- and size-guarded; a ValueError naming the file
     return out
 
 
@@ -214,10 +210,7 @@ def load_results(folder: str | Path) -> dict[str, Any]:
     path = Path(folder) / RESULTS_FILE
     if not path.exists():
         raise FileNotFoundError(f"{path}: no results (run `memgym evaluate --out {folder}` first)")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+    return read_json(path)  # depth- and size-guarded; a ValueError naming the file
 
 
 def ranks(results: Sequence[dict[str, Any]], mode: str) -> dict[str, int]:

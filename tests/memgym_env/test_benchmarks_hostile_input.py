@@ -406,3 +406,24 @@ def test_a_run_folder_fingerprinted_by_path_still_resumes(tmp_path):
     other.write_bytes(data.read_bytes())
     with pytest.raises(ValueError, match="another configuration"):  # a path-era folder knows only its own path
         _check_resume(out, EvalConfig(benchmark="locomo", data=str(other), out=str(out), system="oracle-evidence"))
+
+
+# ---- JSON that other readers take from disk goes through the depth and size guard too ----
+def test_a_deeply_nested_bank_file_is_one_error_naming_it(tmp_path):
+    from membuilder.memory.persist import read_bank
+
+    (tmp_path / "bank").mkdir()
+    (tmp_path / "bank" / "bank.json").write_text(NESTED)
+    with pytest.raises(ValueError, match=re.escape(str(tmp_path / "bank" / "bank.json")) + ": JSON nested deeper"):
+        read_bank(tmp_path / "bank")
+
+
+def test_deeply_nested_interactive_results_are_one_error_naming_the_file(tmp_path):
+    from memgym_env.interactive.results import load_results
+
+    (tmp_path / "results.json").write_text(NESTED)
+    with pytest.raises(ValueError, match=re.escape(str(tmp_path / "results.json")) + ": JSON nested deeper"):
+        load_results(tmp_path)
+    (tmp_path / "results.json").write_text("{not json")
+    with pytest.raises(ValueError, match=re.escape(str(tmp_path / "results.json")) + ": not valid JSON"):
+        load_results(tmp_path)
