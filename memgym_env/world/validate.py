@@ -51,15 +51,29 @@ def user_issues(user: WorldUser) -> list[str]:
             issues.append(f"{w(field_name='state_schema')}: '{var}' repeats a value in {values}")
     if not user.periods:
         issues.append(f"{w(field_name='periods')}: a user needs at least period 0 (the initial state)")
+    uuid = user.user_profile.uuid
+    if uuid is not None and uuid != user.id:  # sessions and results are filed by id: two names for one user
+        issues.append(f"{w(field_name='user_profile.uuid')}: '{uuid[:100]}' is not the user's id '{user.id[:100]}'")
+    if not user.qas:
+        issues.append(f"{w(field_name='qas')}: empty; a user needs at least one question to be scored on")
 
     previous: dict[str, str] | None = None
     last_time: datetime | None = None
+    last_end: datetime | None = None  # the previous period's end
     for p, period in enumerate(user.periods):
         end = _parse(period.period_end, _DATE_FORMAT)
+        start = _parse(period.period_start, _DATE_FORMAT)
         if end is None:
             issues.append(f"{w(p, field_name='period_end')}: '{period.period_end}' is not a YYYY-MM-DD date")
-        if p > 0 and _parse(period.period_start, _DATE_FORMAT) is None:
+        if p > 0 and start is None:
             issues.append(f"{w(p, field_name='period_start')}: '{period.period_start}' is not a YYYY-MM-DD date")
+        if start is not None and end is not None and end < start:
+            issues.append(f"{w(p, field_name='period_end')}: {period.period_end} is before the period's start "
+                          f"{period.period_start} (time runs backwards)")
+        if start is not None and last_end is not None and start < last_end:
+            issues.append(f"{w(p, field_name='period_start')}: {period.period_start} is before the previous period's "
+                          f"end {user.periods[p - 1].period_end} (periods overlap)")
+        last_end = end if end is not None else last_end
         _check_values(user, period.state, w(p, field_name="state"), issues, complete=True)
         for var, up in period.updates.items():
             where = w(p, field_name=f"updates.{var}")
@@ -96,6 +110,9 @@ def user_issues(user: WorldUser) -> list[str]:
                 issues.append(f"{w(p, s, 'session_time')}: {session.session_time} is earlier than the session before it")
             if end is not None and t.date() > end.date():
                 issues.append(f"{w(p, s, 'session_time')}: {session.session_time} is after the period end {period.period_end}")
+            if start is not None and t.date() < start.date():
+                issues.append(f"{w(p, s, 'session_time')}: {session.session_time} is before the period start "
+                              f"{period.period_start}")
             last_time = t
             for k, turn in enumerate(session.messages):
                 if turn.role not in ("user", "assistant", "system"):

@@ -427,3 +427,34 @@ def test_deeply_nested_interactive_results_are_one_error_naming_the_file(tmp_pat
     (tmp_path / "results.json").write_text("{not json")
     with pytest.raises(ValueError, match=re.escape(str(tmp_path / "results.json")) + ": not valid JSON"):
         load_results(tmp_path)
+
+
+# ---- memgym world validate: what it used to accept ----
+WORLD_EXAMPLE = DATA / "amemgym" / "amemgym_format_example.json"
+
+WORLD_FAULTS = {
+    "period 1, field 'period_end': 2020-09-01 is before the period's start 2020-10-01 (time runs backwards)":
+        lambda u: u["periods"][1].update(period_end="2020-09-01"),
+    "period 2, field 'period_start': 2020-12-01 is before the previous period's end 2021-01-01 (periods overlap)":
+        lambda u: u["periods"][2].update(period_start="2020-12-01"),
+    "period 1, session 0, field 'session_time': 2020-09-12 10:00:00 is before the period start 2020-10-01":
+        lambda u: u["periods"][1]["sessions"][0].update(session_time="2020-09-12 10:00:00"),
+    "field 'user_profile.uuid': 'someone-else' is not the user's id": lambda u: u["user_profile"].update(uuid="someone-else"),
+    "field 'qas': empty": lambda u: u.update(qas=[]),
+}
+
+
+@pytest.mark.parametrize("message", list(WORLD_FAULTS))
+def test_world_validate_refuses_what_it_used_to_accept(tmp_path, message):
+    from memgym_env.world.validate import world_issues
+
+    assert world_issues(read_world(WORLD_EXAMPLE)) == []
+    users = json.loads(WORLD_EXAMPLE.read_text())
+    WORLD_FAULTS[message](users[0])
+    path = tmp_path / "world.json"
+    path.write_text(json.dumps(users))
+    issues = world_issues(read_world(path))
+    assert any(message in i for i in issues), issues
+    done = subprocess.run([sys.executable, "-m", "memgym_env.cli", "world", "validate", str(path)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and message in done.stdout + done.stderr
