@@ -8,9 +8,11 @@ benchmark has ``Bounds``: the most bytes once decompressed, the longest string o
 ``TokenScanner`` checks them in linear time on chunks, with numpy, like ``DepthScanner`` does for
 nesting; every limit is a ``JSONLimitError`` naming the file and the byte offset.
 
-The bounds sit well above the published files: LoCoMo's ``locomo10.json`` is 2.8 MB,
-LongMemEval-M 2.7 GB in 500 records of about 6 MB, PerLTQA's files a few tens of MB; the longest
-string in any of them is tens of KB.
+The bounds sit well above the published files: LoCoMo's ``locomo10.json`` is 2.8 MB (about 100k
+values), LongMemEval-M 2.7 GB in 500 records of about 6 MB (30k values each), PerLTQA's files a few
+tens of MB (under 1M values, extrapolated from one character's 5.6k); the longest string in any of
+them is tens of KB. The value count bounds the Python objects a parse makes: 16 MiB of ``{},``
+would otherwise be 5.6M dicts, 480 MB.
 """
 
 from __future__ import annotations
@@ -30,11 +32,12 @@ class Bounds:
     max_bytes: int  # the whole file, decompressed
     max_token: int = 1 * MiB  # one string (quotes included) or one bare value
     max_record: int | None = None  # one element of the top-level list (streamed files)
+    max_values: int = 1_000_000  # values in the file, or with max_record in one record (about 100-250 bytes each once parsed)
 
 
 BOUNDS = {
     "locomo": Bounds(max_bytes=16 * MiB),
-    "perltqa": Bounds(max_bytes=64 * MiB),
+    "perltqa": Bounds(max_bytes=64 * MiB, max_values=2_000_000),
     "longmemeval": Bounds(max_bytes=4096 * MiB, max_record=16 * MiB),
 }
 
@@ -44,12 +47,14 @@ _DELIMITER = bytes(1 if chr(b) in ' \t\r\n,:[]{}"' else 0 for b in range(256))
 _BRACKET = np.zeros(256, dtype=np.int64)
 _BRACKET[[ord("["), ord("{")]] = 1
 _BRACKET[[ord("]"), ord("}")]] = -1
-_IS_BRACKET = bytes(1 if chr(b) in "[]{}" else 0 for b in range(256))
+_COUNTED = bytes(1 if chr(b) in ",[]{}" else 0 for b in range(256))
+CLOSE_LIST, CLOSE_OBJECT = ord("]"), ord("}")
 
 
 class TokenScanner:
     """Feeds on consecutive chunks of a JSON text; raises ``JSONLimitError`` once the text, a string,
-    a bare value or (with ``max_record``) one element of the top-level container passes its bound.
+    a bare value, the count of values or (with ``max_record``) one element of the top-level container
+    passes its bound.
     An open string or record is measured at every chunk, so a 2 GB string fails after ``max_token``."""
 
     def __init__(self, source: str, bounds: Bounds):
@@ -58,6 +63,7 @@ class TokenScanner:
         self.open_at = 0  # where the open string began (absolute byte offset)
         self.last_delimiter = -1
         self.depth, self.record_at = 0, 0
+        self.values, self.record_values_at = 0, 0  # values seen; the count where the open record began
 
     def _fail(self, what: str, cap: int, at: int) -> None:
         raise JSONLimitError(f"{self.source}: {what} longer than {cap} bytes (at byte {at}); "
@@ -105,30 +111,50 @@ class TokenScanner:
             self.last_delimiter = offset + last
         if self.seen - self.last_delimiter - 1 > b.max_token:
             self._fail("a value", b.max_token, self.last_delimiter + 1)
-        if b.max_record is not None:
-            self._records(chunk, data, quotes, starts_in_string, offset)
+        self._structure(chunk, data, quotes, starts_in_string, offset)
 
-    def _records(self, chunk: bytes, data, quotes, starts_in_string: bool, offset: int) -> None:
-        at = np.flatnonzero(np.frombuffer(chunk.translate(_IS_BRACKET), dtype=np.uint8))
+    def _structure(self, chunk: bytes, data, quotes, starts_in_string: bool, offset: int) -> None:
+        """Values (a comma or an opening bracket starts one) in the file, or with ``max_record`` per
+        record, and each record's bytes: the Python objects a parser makes grow with the values."""
+        b = self.bounds
+        at = np.flatnonzero(np.frombuffer(chunk.translate(_COUNTED), dtype=np.uint8))
+        if len(at):  # a mark is inside a string when an odd number of string quotes came before it
+            at = at[(np.searchsorted(quotes, at) + starts_in_string) % 2 == 0]
         if len(at):
-            # a bracket is inside a string when an odd number of string quotes came before it
-            inside = (np.searchsorted(quotes, at) + starts_in_string) % 2 == 1
-            at = at[~inside]
-            steps = _BRACKET[data[at]]
+            kinds = data[at]
+            cum = self.values + np.cumsum((kinds != CLOSE_LIST) & (kinds != CLOSE_OBJECT))
+            if b.max_record is None:
+                if int(cum[-1]) > b.max_values:
+                    self._fail_values(int(at[int(np.argmax(cum > b.max_values))]) + offset, "the file")
+                self.values = int(cum[-1])
+                return
+            steps = _BRACKET[kinds]
             depth = self.depth + np.cumsum(steps)
-            opened = at[(steps == 1) & (depth == 2)] + offset
-            closed = at[(steps == -1) & (depth == 1)] + offset
-            if len(at):
-                began = np.concatenate(([self.record_at], opened)) if self.depth >= 2 else opened
-                ends = closed[:len(began)]
-                if len(ends) and (ends - began[:len(ends)] + 1).max() > self.bounds.max_record:
-                    k = int(np.argmax(ends - began[:len(ends)]))
-                    self._fail("a record", self.bounds.max_record, int(began[k]))
-                if len(began) > len(ends):
-                    self.record_at = int(began[-1])
-                self.depth = int(depth[-1])
-        if self.depth >= 2 and self.seen - self.record_at > self.bounds.max_record:
-            self._fail("a record", self.bounds.max_record, self.record_at)
+            opens, closes = (steps == 1) & (depth == 2), (steps == -1) & (depth == 1)
+            began, began_cum = at[opens] + offset, cum[opens]
+            if self.depth >= 2:
+                began = np.concatenate(([self.record_at], began))
+                began_cum = np.concatenate(([self.record_values_at], began_cum))
+            ends, ends_cum = at[closes] + offset, cum[closes]
+            n = len(ends)
+            if n:
+                lengths, counts = ends - began[:n] + 1, ends_cum - began_cum[:n]
+                if lengths.max() > b.max_record:
+                    self._fail("a record", b.max_record, int(began[int(np.argmax(lengths))]))
+                if counts.max() > b.max_values:
+                    self._fail_values(int(began[int(np.argmax(counts))]), "a record")
+            if len(began) > n:
+                self.record_at, self.record_values_at = int(began[-1]), int(began_cum[-1])
+            self.depth, self.values = int(depth[-1]), int(cum[-1])
+        if b.max_record is not None and self.depth >= 2:
+            if self.seen - self.record_at > b.max_record:
+                self._fail("a record", b.max_record, self.record_at)
+            if self.values - self.record_values_at > b.max_values:
+                self._fail_values(self.record_at, "a record")
+
+    def _fail_values(self, at: int, what: str) -> None:
+        raise JSONLimitError(f"{self.source}: {what} holds more than {self.bounds.max_values} values (at byte {at}); "
+                             "not a file this reader accepts")
 
     @staticmethod
     def _run_before(data, q: int, carried: int) -> int:

@@ -241,13 +241,16 @@ HOSTILE = {
                                      b'"}]', "a string longer than"),
     "longmemeval: one 2 GB number": ("longmemeval", "longmemeval_s.json.gz", b'[{"question_id": 1', b"1", 2048,
                                      b'}]', "a value longer than"),
-    "longmemeval: one 2 GB record of short strings": ("longmemeval", "longmemeval_s.json.gz", b'[{"x": [', b'"ab",', 2048,
+    "longmemeval: one 1 GB record of short strings": ("longmemeval", "longmemeval_s.json.gz", b'[{"x": [', b'"' + b"a" * 29 + b'",', 1024,
                                                       b'"ab"]}]', "a record longer than"),
     "longmemeval: a 2 GB string of words": ("longmemeval", "longmemeval_s.json.gz", b'[{"question_id": "', b"ab ", 2048,
                                             b'"}]', "a string longer than"),
     "locomo: a 1 GB sample_id": ("locomo", "locomo.json.gz", b'[{"sample_id": "', b"x", 1024, b'"}]',
                                  "once decompressed"),
     "locomo: 1 GB of empty objects": ("locomo", "locomo.json.gz", b'[', b"{},", 1024, b'{}]', "once decompressed"),
+    "locomo: 15 MiB of small objects": ("locomo", "locomo.json.gz", b'[', b'{"":0},', 15, b'{}]', "more than 1000000 values"),
+    "longmemeval: a 15 MiB record of small objects": ("longmemeval", "longmemeval_s.json.gz", b'[[', b'{"":0},', 15,
+                                                     b'{}]]', "a record holds more than"),
     "perltqa: a 1 GB character name": ("perltqa", "perltmem_en_v2.json.gz", b'{"', b"x", 1024, b'": {}}',
                                        "once decompressed"),
 }
@@ -458,3 +461,18 @@ def test_world_validate_refuses_what_it_used_to_accept(tmp_path, message):
     done = subprocess.run([sys.executable, "-m", "memgym_env.cli", "world", "validate", str(path)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and message in done.stdout + done.stderr
+
+
+def test_the_count_of_values_is_bounded_per_file_and_per_record():
+    from memgym_env.benchmarks.bounds import Bounds, check_bounds
+
+    # Counted: each opening bracket and each comma outside strings ("x,y,{[" counts nothing):
+    # 8 in the file; 4 inside the first record after its own "{", none inside the second.
+    text = b'[{"a": [1, 2, 3], "b": "x,y,{["}, {"c": 1}]'
+    for chunk in (1, 4, 1 << 20):
+        check_bounds(text, "x", Bounds(max_bytes=100, max_values=8), chunk=chunk)
+        with pytest.raises(JSONLimitError, match="the file holds more than 7 values"):
+            check_bounds(text, "x", Bounds(max_bytes=100, max_values=7), chunk=chunk)
+        check_bounds(text, "x", Bounds(max_bytes=100, max_record=100, max_values=4), chunk=chunk)
+        with pytest.raises(JSONLimitError, match="a record holds more than 3 values"):
+            check_bounds(text, "x", Bounds(max_bytes=100, max_record=100, max_values=3), chunk=chunk)
