@@ -33,7 +33,7 @@ from membuilder.agents.membuilder_assistant import check_memory_view
 from membuilder.llm import load_chat_model
 from membuilder.llm import load_embedder as load
 from membuilder.llm.base import Sampling
-from membuilder.plumbing.json_files import write_json
+from membuilder.plumbing.json_files import load_json_file, loads_guarded, write_json
 from memgym_env.benchmarks.peer_factory import make_peer
 from memgym_env.benchmarks.peers import INFERRING_PEERS, PEER_SYSTEMS
 from memgym_env.conversation import Conversation, QAItem
@@ -298,7 +298,7 @@ def _check_resume(out: Path, cfg: EvalConfig) -> dict[str, Any]:
                              "unknown; use a new --out folder (or delete items.jsonl to start over)")
         return {"config": cfg.fingerprint(), "invocations": []}
     try:
-        run = json.loads(run_path.read_text(encoding="utf-8"))
+        run = load_json_file(run_path)  # depth- and size-guarded
         old = run["config"]
         if not isinstance(old, dict) or not isinstance(run.setdefault("invocations", []), list):
             raise TypeError("'config' must be an object and 'invocations' a list")
@@ -332,7 +332,7 @@ def read_items(path: Path) -> dict[str, dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            rec = json.loads(line)
+            rec = loads_guarded(line, f"{path}, line {n}")
             if not isinstance(rec, dict) or not isinstance(rec.get("id"), str):
                 raise ValueError("not an item record with an 'id'")
         except ValueError as exc:

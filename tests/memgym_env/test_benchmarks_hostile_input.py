@@ -476,3 +476,15 @@ def test_the_count_of_values_is_bounded_per_file_and_per_record():
         check_bounds(text, "x", Bounds(max_bytes=100, max_record=100, max_values=4), chunk=chunk)
         with pytest.raises(JSONLimitError, match="a record holds more than 3 values"):
             check_bounds(text, "x", Bounds(max_bytes=100, max_record=100, max_values=3), chunk=chunk)
+
+
+def test_a_deeply_nested_run_record_or_item_line_is_one_error_naming_it(tmp_path):
+    from memgym_env.benchmarks.runner import EvalConfig, _check_resume, read_items
+
+    (tmp_path / "run.json").write_text(NESTED)
+    cfg = EvalConfig(benchmark="locomo", data="d.json", out=str(tmp_path))
+    with pytest.raises(ValueError, match=re.escape(str(tmp_path / "run.json")) + ": not a run record .*nested deeper"):
+        _check_resume(tmp_path, cfg)
+    (tmp_path / "items.jsonl").write_text(NESTED + "\n" + '{"id": "a"}\n')
+    with pytest.raises(ValueError, match=re.escape(str(tmp_path / "items.jsonl")) + ", line 1: damaged .*nested deeper"):
+        read_items(tmp_path / "items.jsonl")
