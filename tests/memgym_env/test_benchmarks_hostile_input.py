@@ -247,6 +247,8 @@ HOSTILE = {
                                             b'"}]', "a string longer than"),
     "locomo: a 1 GB sample_id": ("locomo", "locomo.json.gz", b'[{"sample_id": "', b"x", 1024, b'"}]',
                                  "once decompressed"),
+    "locomo: a 10 MiB sample_id (under the file's cap)": ("locomo", "locomo.json.gz", b'[{"sample_id": "', b"x", 10,
+                                                         b'"}]', "a string longer than"),
     "locomo: 1 GB of empty objects": ("locomo", "locomo.json.gz", b'[', b"{},", 1024, b'{}]', "once decompressed"),
     "locomo: 15 MiB of small objects": ("locomo", "locomo.json.gz", b'[', b'{"":0},', 15, b'{}]', "more than 1000000 values"),
     "longmemeval: a 15 MiB record of small objects": ("longmemeval", "longmemeval_s.json.gz", b'[[', b'{"":0},', 15,
