@@ -1,10 +1,20 @@
 """MemoryGym-v0 with an unmodified ``trl.GRPOTrainer``: a dataset and a reward function, nothing else.
 
-    python train/grpo_plain_trl.py --config configs/train/grpo_plain_trl_cpu.yaml   # SmolLM2-135M, 2 steps on a CPU
+    python train/grpo_plain_trl.py --config configs/train/grpo_plain_trl_cpu.yaml   # SmolLM2-135M's policy, 2 CPU steps
     python train/grpo_plain_trl.py --config configs/train/grpo_plain_trl_cpu.yaml \
         --model_name_or_path Qwen/Qwen3-0.6B --agents core --max_steps 200
     python train/grpo_plain_trl.py --config configs/train/grpo_plain_trl_cpu.yaml \
         --scorer_urls http://10.0.0.5:8100,http://10.0.0.6:8100                      # remote scoring
+
+``max_completion_length: null`` (the shipped config) sets the completion limit to the longest output
+the oracle (the world's expert) writes for the trained agents on the run's sessions, its end-of-turn
+token included, as ``train/ladder``'s ``max_completion_tokens`` is chosen: a shorter limit cuts the
+policy where the expert is not cut, and a cut output earns 0 (at the old 64 tokens every completion
+was cut, so reward, its std, the loss and the gradient were all 0). A number sets it outright.
+
+The shipped config starts from the shipped policy (``smollm2-135m-memgym``, SFT then ADRPO on this
+world, a LoRA adapter that keeps training): SmolLM2-135M-Instruct itself does not end an output
+within the oracle's length, so every reward of a 2-step run would be 0 and GRPO would learn nothing.
 
 The reward is ADRPO's (``membuilder.training.trl_reward.SessionReward``, with the same metric
 names). Plain GRPO: every completion gets its agent's reward r_a; ADRPO's attribution weights are
@@ -44,6 +54,19 @@ class PlainGRPOScriptArgs(EnvArgs):
         "help": "Longest prompt; longer ones lose memory-view entries first, never instructions."})
 
 
+def oracle_completion_limit(scorer, agents: list[str], tokenizer) -> int:
+    """Tokens of the oracle's longest output for ``agents`` over the scorer's sessions, plus the end-of-turn
+    token the policy must also write (``train.ladder.evaluator.oracle_over_limit`` counts the same way)."""
+    longest = 0
+    for key in scorer.session_keys():
+        expert = scorer.expert_action(key)
+        longest = max([longest] + [len(tokenizer(expert[a])["input_ids"]) + 1 for a in agents])
+    if longest <= 1:
+        raise ValueError("max_completion_length: null derives the limit from the oracle's outputs, but the run's "
+                         f"sessions ({len(scorer.session_keys())}) hold none for agents {agents}; set a number")
+    return longest
+
+
 def build(argv=None):
     """Parse the config, build the world, the scorer and the trainer; train nothing yet."""
     from transformers import set_seed
@@ -61,6 +84,9 @@ def build(argv=None):
     else:
         dataset, scorer = memory_dataset(config, parse_users(script.users), script.max_sessions_per_user, agents,
                                          tokenizer, script.max_prompt_tokens, pick=script.session_pick)
+    if args.max_completion_length is None:
+        args.max_completion_length = oracle_completion_limit(scorer, agents, tokenizer)
+        print(f"max_completion_length: {args.max_completion_length} tokens, the oracle's longest output")
     print(f"plain GRPO rows: {len(dataset)} (sessions x agents {agents}), G={args.num_generations}")
     trainer = GRPOTrainer(model=model, reward_funcs=SessionReward(scorer, seed=args.seed), args=args,
                           train_dataset=dataset, processing_class=tokenizer, peft_config=peft_from(model_args, model))

@@ -84,3 +84,14 @@ def test_the_plain_trl_example_trains_two_steps(tiny_chat_path, tmp_path):
     logged = [h for h in trainer.state.log_history if "rewards/session_reward/mean" in h]
     # the metrics ADRPO's trainer logs, under the same names
     assert len(logged) == 2 and {"reward/task", "adrpo/weight_mean", "adrpo/dominant_none"} <= set(logged[0])
+
+
+def test_the_plain_trl_script_with_its_defaults_learns(tmp_path):
+    """The shipped config as it is (the shipped policy, the limit from the oracle's outputs), 2 steps: every
+    logged step has rollouts that earn different rewards, so GRPO has a signal (at the old 64-token limit
+    every completion was cut, and every reward, its std and the loss were 0)."""
+    trainer = grpo_plain_trl.main(["--config", str(CONFIG), "--output_dir", str(tmp_path)])
+    logged = [h for h in trainer.state.log_history if "reward_std" in h]
+    assert trainer.state.global_step == 2 and len(logged) == 2
+    assert trainer.args.max_completion_length == 96  # the oracle's longest output on users 0-1, 2 sessions each
+    assert all(h["reward_std"] > 0 and h["completions/clipped_ratio"] < 1 for h in logged), logged
