@@ -7,6 +7,7 @@ import sys
 
 from membuilder.plumbing.http import API_KEY_ENV, HttpServer, api_key_or_env, check_binding
 from memgym_env.construction.config import ConstructionConfig
+from memgym_env.construction.scoring import SESSION_PICKS
 from memgym_env.serving.env_app import build_app
 
 HELP = "serve MemoryGym-v0: POST /score for remote trainers and, with memgym[openenv], an OpenEnv environment"
@@ -16,7 +17,8 @@ EXAMPLES = """examples:
   MEMGYM_API_KEY=s3cret memgym serve-env --host 0.0.0.0 --env-config configs/env/construction.yaml
 
 a trainer then scores on it with `scorer: remote` and `scorer_urls: http://HOST:8100,http://HOST:8101`;
-an OpenEnv client (TRL, verifiers' openenv taskset) connects to ws://HOST:8100/ws
+an OpenEnv client (TRL, verifiers' openenv taskset) connects to ws://HOST:8100/ws (episodes run over the
+WebSocket only: plain-HTTP POST /step answers 409); the scoring counters are at GET /scoring/health
 """
 
 
@@ -28,7 +30,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--users", default=None,
                         help="users whose sessions /score serves, e.g. '0-7' or '0,2,5' (default: all)")
     parser.add_argument("--max-sessions-per-user", type=int, default=None,
-                        help="serve the first N sessions of each user (default: all)")
+                        help="serve N sessions of each user, chosen by --session-pick (default: all)")
+    parser.add_argument("--session-pick", choices=SESSION_PICKS, default="first",
+                        help="which --max-sessions-per-user sessions /score serves: 'first' (a user's first N, "
+                             "which start from an empty memory) or 'every_period' (N drawn round-robin over the "
+                             "world's periods, each period's earliest first); match the trainer's session_pick "
+                             "(default: first)")
     parser.add_argument("--openenv", choices=("auto", "on", "off"), default="auto",
                         help="also serve the OpenEnv environment (reset/step over WebSocket at /ws): on needs "
                              "memgym[openenv]; auto serves it when openenv-core is installed (default: auto)")
@@ -77,7 +84,8 @@ def run(args) -> int:
     check_binding(args.host, api_key)  # before the world and the models load, so a refusal comes at once
     config = ConstructionConfig.from_yaml(args.env_config, **overrides)
     app, served = build_app(config, users=parse_users(args.users), max_sessions_per_user=args.max_sessions_per_user,
-                            openenv=args.openenv, max_concurrent_envs=args.max_sessions)
+                            openenv=args.openenv, max_concurrent_envs=args.max_sessions,
+                            session_pick=args.session_pick)
     server = HttpServer(app, host=args.host, port=args.port, api_key=api_key, name="memgym serve-env")
     print(f"memgym serve-env: {served} at {server.url} (API key {'on' if api_key else 'off'}); Ctrl-C stops",
           file=sys.stderr, flush=True)

@@ -1,7 +1,8 @@
 """MemoryGym-v0 as an OpenEnv environment (``pip install 'memgym[openenv]'``; ``memgym serve-env``).
 
 OpenEnv serves Gymnasium-style ``reset``/``step`` over a WebSocket (``/ws``), one environment per
-connection; TRL, Unsloth, torchforge and verifiers' ``openenv`` taskset speak it. The action is
+connection (plain-HTTP ``POST /step`` answers 409: OpenEnv keeps no episode between HTTP requests);
+TRL, Unsloth, torchforge and verifiers' ``openenv`` taskset speak it. The action is
 the four agents' raw outputs; the observation is MemoryGym-v0's, plus the env's ``info`` in a
 field of its own (OpenEnv drops ``metadata`` on the way to the client, and the per-agent rewards,
 attribution weights and answered questions live in ``info``).
@@ -22,8 +23,10 @@ from openenv.core.env_server.http_server import create_fastapi_app
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import Action, EnvironmentMetadata, Observation, State
 from pydantic import Field
+from starlette.routing import Route
 
 from membuilder.memory import EmbeddingCache
+from membuilder.plumbing.http import error_response
 from memgym_env.construction.answers import ScoringModels
 from memgym_env.construction.config import ConstructionConfig
 from memgym_env.construction.env import MemoryGymEnv
@@ -108,13 +111,30 @@ def _observation(obs: dict[str, Any], info: dict[str, Any], reward: float | None
         info=info, reward=reward, done=done)
 
 
+STEP_NEEDS_WEBSOCKET = (
+    "POST /step over plain HTTP has no episode to step: OpenEnv builds a fresh environment for every HTTP "
+    "request, so the episode a POST /reset began is gone by the next request. Run episodes over the WebSocket "
+    "at /ws, one episode per connection (MemoryGymClient(base_url=...).sync() or any OpenEnv EnvClient does); "
+    "POST /reset over HTTP only shows a first observation.")
+
+
 def openenv_app(config: ConstructionConfig, cache: EmbeddingCache, models: ScoringModels, lock: threading.Lock,
                 max_concurrent_envs: int = 8):
-    """OpenEnv's FastAPI app over MemoryGym-v0: ``/ws`` (sessions), ``/reset``, ``/step``, ``/schema``, ``/health``."""
+    """OpenEnv's FastAPI app over MemoryGym-v0: ``/ws`` (sessions), ``/reset``, ``/schema``, ``/health``;
+    ``POST /step`` over plain HTTP answers 409 with ``STEP_NEEDS_WEBSOCKET`` instead of OpenEnv's 500."""
     if max_concurrent_envs < 1:
         raise ValueError(f"max_concurrent_envs must be >= 1, got {max_concurrent_envs}")
-    return create_fastapi_app(lambda: MemoryGymOpenEnv(config, cache, models, lock), MemoryAction,
-                              MemoryObservation, max_concurrent_envs=max_concurrent_envs)
+    app = create_fastapi_app(lambda: MemoryGymOpenEnv(config, cache, models, lock), MemoryAction,
+                             MemoryObservation, max_concurrent_envs=max_concurrent_envs)
+    # OpenEnv's HTTP /step steps a new env that was never reset (a 500 "call reset() before step()"):
+    # the route is replaced, not patched, so the answer is the same whatever the action holds.
+    app.router.routes[:] = [r for r in app.router.routes if getattr(r, "path", None) != "/step"]
+    app.router.routes.append(Route("/step", _step_needs_websocket, methods=["POST"]))
+    return app
+
+
+async def _step_needs_websocket(request):
+    return error_response(409, STEP_NEEDS_WEBSOCKET)
 
 
 class MemoryGymClient(EnvClient[MemoryAction, MemoryObservation, MemoryGymState]):

@@ -13,7 +13,8 @@ sessions at once. Routes:
   reward writes for the agents a row does not train);
 - ``POST /score``: ``{session_key, candidates, task_rewarded}`` -> ``{session_key, rewards,
   seconds}``, one reward per candidate (``memgym_env.serving.wire`` spells the format out);
-- ``GET  /health``.
+- ``GET  /health`` and ``GET /scoring/health``: sessions served, requests waiting, sessions scored
+  (with OpenEnv on, ``/health`` is OpenEnv's own and ``/scoring/health`` keeps these counters).
 
 One replica scores one request at a time: scoring is CPU-bound and its models are not made for
 concurrent calls, so a second request waits for the first instead of slowing both.
@@ -65,6 +66,10 @@ class ScoringService:
             self.waiting -= 1
         return {"session_key": key, "rewards": [reward_to_json(r) for r in rewards], "seconds": seconds}
 
+    def health(self) -> dict[str, Any]:
+        return {"status": "ok", "sessions": len(self.scorer.session_keys()), "waiting": self.waiting,
+                "scored": self.scored}
+
     def _check_key(self, key: Any) -> None:
         if not isinstance(key, str) or not key:
             raise RequestError(f"'session_key' must be a non-empty string, got {key!r}")
@@ -93,14 +98,14 @@ class ScoringService:
             return _ok(await run_in_threadpool(self.score, body))
 
         async def health(request):
-            return _ok({"status": "ok", "sessions": len(self.scorer.session_keys()), "waiting": self.waiting,
-                        "scored": self.scored})
+            return _ok(self.health())
 
         return [Route("/sessions", guarded(sessions), methods=["GET"]),
                 Route("/observation", guarded(observation), methods=["GET"]),
                 Route("/expert", guarded(expert), methods=["GET"]),
                 Route("/score", guarded(score), methods=["POST"]),
-                Route("/health", guarded(health), methods=["GET"])]
+                Route("/health", guarded(health), methods=["GET"]),
+                Route("/scoring/health", guarded(health), methods=["GET"])]
 
     def app(self):
         return json_app(self.routes())

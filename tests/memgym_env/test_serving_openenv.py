@@ -6,6 +6,7 @@ not skip without it."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from concurrent.futures import ThreadPoolExecutor
 
@@ -17,7 +18,9 @@ from openenv.core.generic_client import GenericEnvClient
 import memgym_env  # noqa: F401  (registers MemoryGym-v0)
 from membuilder.memory.ops import AGENTS
 from membuilder.plumbing.http import HttpServer
+from memgym_env.commands import serve_env
 from memgym_env.construction.config import ConstructionConfig
+from memgym_env.construction.scoring import SessionScorer
 from memgym_env.serving.env_app import build_app
 from memgym_env.serving.openenv_env import MemoryAction, MemoryGymClient
 
@@ -103,3 +106,39 @@ def test_schema_bad_actions_and_scoring_on_the_same_app(server):
     keys = httpx.get(f"{server.url}/sessions").json()["session_keys"]
     scored = httpx.post(f"{server.url}/score", json={"session_key": keys[0], "candidates": [EMPTY]}).json()
     assert scored["rewards"][0]["agent_rewards"]["core"] == 0.0
+
+
+def test_plain_http_step_says_episodes_need_the_websocket(server):
+    # /reset over HTTP answers (a first observation), but OpenEnv keeps no env between HTTP requests:
+    # /step answers a 409 that names the WebSocket, not OpenEnv's 500 "call reset() before step()".
+    assert httpx.post(f"{server.url}/reset", json={"seed": 0}).status_code == 200
+    answer = httpx.post(f"{server.url}/step", json={"action": EMPTY})
+    assert answer.status_code == 409 and "/ws" in answer.json()["error"]["message"]
+
+
+def test_the_scoring_counters_stay_reachable_beside_openenvs_health(server):
+    before = httpx.get(f"{server.url}/scoring/health").json()["scored"]
+    keys = httpx.get(f"{server.url}/sessions").json()["session_keys"]
+    assert httpx.post(f"{server.url}/score", json={"session_key": keys[0], "candidates": [EMPTY]}).status_code == 200
+    counters = httpx.get(f"{server.url}/scoring/health").json()
+    assert counters["scored"] == before + 1 and counters["sessions"] == len(keys) and counters["waiting"] == 0
+    assert httpx.get(f"{server.url}/health").status_code == 200  # OpenEnv's own, unchanged
+
+
+def test_serve_env_serves_the_sessions_its_pick_chooses():
+    config = ConstructionConfig.from_yaml("configs/env/construction_cpu.yaml", questions_per_session=3,
+                                          world_overrides={"num_users": 1, "num_periods": 2, "rounds_update": 1})
+    parser = argparse.ArgumentParser()
+    serve_env.add_arguments(parser)
+    args = parser.parse_args(["--session-pick", "every_period", "--max-sessions-per-user", "2"])
+    app, _ = build_app(config, max_sessions_per_user=args.max_sessions_per_user, openenv="off",
+                       session_pick=args.session_pick)
+    srv = HttpServer(app, port=0).start()
+    try:
+        served = httpx.get(f"{srv.url}/sessions").json()["session_keys"]
+    finally:
+        srv.stop()
+    local = SessionScorer(config, None, 2, pick="every_period")
+    assert served == local.session_keys() and {local.period(k) for k in served} == {0, 1}
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--session-pick", "last"])
