@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import queue
 import socket
 import threading
 import time
@@ -91,18 +92,40 @@ class RemoteScorer:
 
     def score(self, session_key: str, candidates: Sequence[Mapping[str, str]], *,
               task_rewarded: bool = True) -> list[CandidateReward]:
-        body = score_request(session_key, candidates, task_rewarded)
-        data = self._request("POST", "/score", content=dumps(body))
-        return self._rewards(data, session_key, len(candidates))
+        return self._score(session_key, candidates, task_rewarded)
 
     def score_many(self, requests: Sequence[tuple[str, Sequence[Mapping[str, str]], bool]]) -> list[list[CandidateReward]]:
-        """Several sessions at once, spread over the replicas; results in request order."""
+        """Several sessions at once, spread over the replicas; results in request order.
+
+        One worker per replica takes the next session from a shared queue and sends it to its own
+        replica first: a worker that finishes early takes more work, and no replica waits while two
+        requests queue on another (a shared round-robin turn does that when replies come out of order)."""
         if len(requests) <= 1 or len(self.urls) == 1:
-            return [self.score(k, c, task_rewarded=r) for k, c, r in requests]
+            return [self._score(k, c, r) for k, c, r in requests]
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=len(self.urls), thread_name_prefix="memgym-remote-score")
-        futures = [self._pool.submit(self.score, k, c, task_rewarded=r) for k, c, r in requests]
-        return [f.result() for f in futures]
+        todo: queue.SimpleQueue = queue.SimpleQueue()
+        for i, request in enumerate(requests):
+            todo.put((i, request))
+        results: list[list[CandidateReward] | None] = [None] * len(requests)
+        failed = threading.Event()
+
+        def work(replica: int) -> None:
+            while not failed.is_set():
+                try:
+                    i, (key, candidates, rewarded) = todo.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    results[i] = self._score(key, candidates, rewarded, first=replica)
+                except BaseException:
+                    failed.set()  # the others stop taking work: the batch fails as a whole
+                    raise
+
+        workers = [self._pool.submit(work, j) for j in range(min(len(self.urls), len(requests)))]
+        for w in workers:
+            w.result()
+        return results  # type: ignore[return-value]  # every slot is filled when no worker raised
 
     def close(self) -> None:
         if self._pool is not None:
@@ -132,6 +155,12 @@ class RemoteScorer:
             raise ValueError(f"the scoring replicas ({', '.join(self.urls)}) run another env config than this run "
                              f"names: {lines}. Start them with the run's env_config and env_overrides.")
 
+    def _score(self, session_key: str, candidates: Sequence[Mapping[str, str]], task_rewarded: bool,
+               first: int | None = None) -> list[CandidateReward]:
+        body = score_request(session_key, candidates, task_rewarded)
+        data = self._request("POST", "/score", first=first, content=dumps(body))
+        return self._rewards(data, session_key, len(candidates))
+
     def _rewards(self, data: dict, session_key: str, g: int) -> list[CandidateReward]:
         rewards = data.get("rewards")
         if data.get("session_key") != session_key or not isinstance(rewards, list) or len(rewards) != g:
@@ -143,9 +172,13 @@ class RemoteScorer:
         except ValueError as exc:
             raise RemoteScoringError(f"session {session_key!r}: malformed reward from the replica: {exc}") from exc
 
-    def _request(self, method: str, path: str, **kwargs) -> dict:
-        with self._turn_lock:
-            start = next(self._turn)
+    def _request(self, method: str, path: str, first: int | None = None, **kwargs) -> dict:
+        """Sent to replica ``first`` (the next in turn when None), then to the following ones on failure."""
+        if first is None:
+            with self._turn_lock:
+                start = next(self._turn)
+        else:
+            start = first
         failures = []
         for attempt in range(self.retries + 1):
             i = (start + attempt) % len(self.urls)

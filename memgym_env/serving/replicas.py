@@ -18,8 +18,9 @@ _READY = re.compile(r"memgym serve-env: .* at (http://\S+) ")
 
 def start_replicas(n: int, env_overrides: dict[str, Any] | None = None, *, env_config: str | None = None,
                    extra_args: tuple[str, ...] = (), threads: int = 1, timeout_s: float = 300.0,
-                   nice: int = 0) -> list[tuple[subprocess.Popen, str]]:
+                   nice: int = 0, cores: list[int] | None = None) -> list[tuple[subprocess.Popen, str]]:
     """``n`` replicas on free loopback ports, started together; ``(process, url)`` each.
+    ``cores``: replica i runs on core ``cores[i % len(cores)]`` alone (Linux), so replicas do not share one.
     A replica that exits or stays silent past ``timeout_s`` stops them all and raises with its output."""
     command = [sys.executable, "-m", "memgym_env.cli", "serve-env", "--port", "0", "--threads", str(threads),
                "--env-overrides", json.dumps(env_overrides or {}), *extra_args]
@@ -27,8 +28,11 @@ def start_replicas(n: int, env_overrides: dict[str, Any] | None = None, *, env_c
         command += ["--env-config", env_config]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": str(threads)}
     prefix = ["nice", "-n", str(nice)] if nice else []
-    procs = [subprocess.Popen(prefix + command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env, text=True)
-             for _ in range(n)]
+    if cores is not None and (not cores or not hasattr(os, "sched_setaffinity")):
+        raise ValueError(f"cores={cores!r}: pinning needs a non-empty list of cores and Linux's sched_setaffinity")
+    procs = [subprocess.Popen(prefix + command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env, text=True,
+                              preexec_fn=_pin(cores[i % len(cores)]) if cores else None)
+             for i in range(n)]
     urls: dict[int, str] = {}
     seen: dict[int, list[str]] = {i: [] for i in range(n)}
     selector = selectors.DefaultSelector()
@@ -61,6 +65,11 @@ def start_replicas(n: int, env_overrides: dict[str, Any] | None = None, *, env_c
     finally:
         selector.close()
     return [(procs[i], urls[i]) for i in range(n)]
+
+
+def _pin(core: int):
+    """Runs in the child before it starts: every thread it makes (torch's included) inherits the core."""
+    return lambda: os.sched_setaffinity(0, {core})
 
 
 def _drain(stream) -> None:

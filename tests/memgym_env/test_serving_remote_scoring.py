@@ -10,6 +10,7 @@ from dataclasses import asdict, replace
 import httpx
 import pytest
 
+from bench import remote_scoring as remote_scoring_bench
 from memgym_env.construction.config import ConstructionConfig
 from memgym_env.construction.scoring import SessionScorer
 from memgym_env.serving.remote_scorer import RemoteScorer, RemoteScoringError
@@ -63,10 +64,11 @@ def test_two_replicas_give_the_local_rewards(replicas, local, config):
             assert plain(remote.score(key, candidates(local, key), task_rewarded=rewarded)) == plain(
                 local.score(key, candidates(local, key), task_rewarded=rewarded))
     batch = [(k, candidates(local, k), True) for k in keys]
+    before = [httpx.get(f"{u}/health").json()["scored"] for _, u in replicas[:2]]
     got = remote.score_many(batch)  # sessions in parallel over both replicas, answers in request order
     assert [plain(r) for r in got] == [plain(local.score(k, c, task_rewarded=True)) for k, c, _ in batch]
-    spread = [httpx.get(f"{u}/health").json()["scored"] for _, u in replicas[:2]]
-    assert all(n > 0 for n in spread)  # round-robin reached both
+    spread = [httpx.get(f"{u}/health").json()["scored"] - n for (_, u), n in zip(replicas[:2], before)]
+    assert sum(spread) == len(batch) and min(spread) > 0  # the batch itself was spread over both replicas
     assert {r.reward for rs in got for r in rs} != {0.0}  # the rewards compared are not all zero
     remote.close()
 
@@ -149,3 +151,13 @@ def test_adrpo_config_with_scorer_remote_trains_on_the_replicas(replicas, tiny_c
     with pytest.raises(SystemExit, match="scorer_urls"):
         adrpo.build(["--config", "configs/train/adrpo_smollm2_cpu.yaml", "--scorer", "remote",
                      "--model_name_or_path", tiny_chat_path, "--output_dir", str(tmp_path)])
+
+
+def test_the_bench_writes_a_goal_of_a_mode_not_run_as_null():
+    evidence = {"two_over_one": 1.7, "http_overhead_share": 0.2}
+    assert remote_scoring_bench.goals({"evidence": evidence}) == {
+        "http_overhead_share_choice_at_most_0.10": None,
+        "two_over_one_at_least_1.6": {"evidence": True, "choice": None}}
+    assert remote_scoring_bench.goals({"choice": {**evidence, "two_over_one": 1.2}}) == {
+        "http_overhead_share_choice_at_most_0.10": False,
+        "two_over_one_at_least_1.6": {"evidence": None, "choice": False}}
