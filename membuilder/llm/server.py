@@ -46,7 +46,7 @@ Limits (``ServeLimits``), so that no request can hold the server:
   past ``max_connections`` open connections a new one evicts the one that has waited longest
   for its headers; the 503 limit counts requests in progress, not open connections
   (``membuilder.plumbing.http_guard``);
-- after a request with a body over 1 MiB the server collects garbage and returns freed heap
+- after a request with a body over 256 KiB the server collects garbage and returns freed heap
   pages to the system (glibc ``malloc_trim``), so a large request does not leave the resident
   size at its peak;
 - ``prompt_logprobs`` requests run through the batcher a chunk of positions at a time
@@ -90,7 +90,8 @@ from membuilder.plumbing.http_guard import release_memory
 MAX_EMBED_INPUTS = 2048
 OPEN_PATHS = ("/health", "/v1/health")  # answered without the API key
 UNKNOWN_TOKEN_CHARS = 128  # characters per token assumed when the tokenizer's vocabulary cannot be read
-RELEASE_AFTER_BYTES = 1 << 20  # a body this large is followed by release_memory()
+RELEASE_AFTER_BYTES = 256 << 10  # a body this large is followed by release_memory()
+BODY_SLACK_BYTES = 1 << 20  # the body limit's room for fields other than the prompt
 
 
 @dataclass
@@ -195,7 +196,7 @@ class ModelServer:
         self.api_key = api_key or None
         # A prompt longer than this many characters cannot fit the context, whatever its text.
         self.max_prompt_chars = self.context_length * max_token_chars(chat_model)
-        self.max_body_bytes = self.limits.max_body_bytes or 6 * self.max_prompt_chars + RELEASE_AFTER_BYTES
+        self.max_body_bytes = self.limits.max_body_bytes or 6 * self.max_prompt_chars + BODY_SLACK_BYTES
         # Clients such as Mem0 and A-Mem ask for JSON on every call and parse the reply themselves,
         # counting a reply they cannot read as a failed write: an unconstrained reply is what they can use.
         self.unconstrained_json = unconstrained_json
@@ -230,7 +231,8 @@ class ModelServer:
     def models(self) -> dict:
         names = [self.chat_name] + ([self.embedder_name] if self.embedder is not None else [])
         return {"object": "list", "data": [{"id": n, "object": "model", "owned_by": "memgym",
-                                            "max_model_len": self.context_length} for n in names]}
+                                            "max_model_len": self.context_length,
+                                            "max_prompt_chars": self.max_prompt_chars} for n in names]}
 
     def read_chat(self, body: dict) -> tuple[list[dict], Sampling | None]:
         """Validate a chat request; returns the conversation and its sampling (None for a
@@ -373,7 +375,8 @@ class ModelServer:
         return json_response(200, self.models())
 
     async def _health(self, request):
-        return json_response(200, {"status": "ok", "in_flight": self.in_flight})
+        return json_response(200, {"status": "ok", "in_flight": self.in_flight,
+                                    "scorings_dropped": self.batcher.scorings_dropped})
 
     async def _chat(self, request):
         from starlette.concurrency import run_in_threadpool

@@ -139,7 +139,7 @@ def test_an_unknown_model_gets_404_and_the_served_one_200(serve):
 def test_chunked_prompt_logprobs_match_one_whole_pass(tiny_model):
     conv = [{"role": "user", "content": "hello there " * 10}, {"role": "assistant", "content": "fine"}]
     whole = tiny_model.prompt_logprobs(conv, continue_final=True)
-    scoring = PromptScoring(tiny_model, tiny_model.render(conv, continue_final=True), first_chunk=5, max_chunk=9)
+    scoring = PromptScoring(tiny_model, tiny_model.render(conv, continue_final=True), first_chunk=5, min_chunk=5, max_chunk=9)
     while not scoring.step():
         pass
     got = scoring.result()
