@@ -51,10 +51,11 @@ ROOT = Path(__file__).resolve().parents[1]
 BIG_PROMPT_BYTES = 1024 * 1024
 
 
-def start_server(model: str, max_batch: int) -> tuple[subprocess.Popen, str, list[str]]:
+def start_server(model: str, max_batch: int, threads: int | None = None) -> tuple[subprocess.Popen, str, list[str]]:
     """``memgym serve`` on a free loopback port; returns the process, its /v1 URL and its log."""
     cmd = [sys.executable, "-m", "memgym_env.cli", "serve", "--model", model, "--no-embedder",
-           "--host", "127.0.0.1", "--port", "0", "--max-batch", str(max_batch)]
+           "--host", "127.0.0.1", "--port", "0", "--max-batch", str(max_batch)] + (
+               ["--threads", str(threads)] if threads else [])
     proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     log: list[str] = []
     found = threading.Event()
@@ -303,6 +304,7 @@ def main() -> dict:
     parser.add_argument("--idle", type=int, default=100, help="silent connections held in slow_clients")
     parser.add_argument("--big-mb", type=int, default=20, help="size of the large prompts, MB")
     parser.add_argument("--logprobs-tokens", type=int, default=4096, help="prompt tokens of the prompt_logprobs case")
+    parser.add_argument("--threads", type=int, default=None, help="the server's --threads (default: its own)")
     parser.add_argument("--rounds", default="baseline,with_big_prompt,slow_clients,large_prompt,prompt_logprobs",
                         help="comma-separated rounds to run (baseline always runs: the others are compared to it)")
     parser.add_argument("--short", action="store_true",
@@ -318,7 +320,7 @@ def main() -> dict:
 
     load_at_start = [round(x, 2) for x in os.getloadavg()]
     t0 = time.perf_counter()
-    proc, url, log = start_server(args.model, args.max_batch)
+    proc, url, log = start_server(args.model, args.max_batch, args.threads)
     startup_s = time.perf_counter() - t0
     try:
         with PeakRSS(proc.pid) as rss:
@@ -359,7 +361,8 @@ def main() -> dict:
             else None
 
     result = {
-        "model": args.model, "max_tokens": args.max_tokens, "max_batch": args.max_batch,
+        "model": args.model, "max_tokens": args.max_tokens, "max_batch": args.max_batch, "threads": args.threads,
+        "rounds": sorted(rounds),
         "warmup": warm, "baseline": baseline, "with_big_prompt": loaded,
         "requests_without_status": no_status,
         "p95_with_big_over_baseline": over_baseline(loaded),

@@ -34,6 +34,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0 picks a free one)")
     parser.add_argument("--device", default=None, help="cpu, cuda or auto (default: auto)")
     parser.add_argument("--dtype", default=None, help="auto, float32, bfloat16 or float16 (default: auto)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads for the model (default: $MEMGYM_TORCH_THREADS, else torch's own). On "
+                             "cores shared with other work, 1 was measured 5x faster than 2 for SmolLM2 (threads "
+                             "wait for each other's core at every operation)")
     parser.add_argument("--max-batch", type=int, default=16,
                         help="concurrent requests gathered into one generate call (default: 16)")
     parser.add_argument("--api-key", default=None,
@@ -78,6 +82,8 @@ def api_key_from(args) -> str | None:
 def run(args) -> int:
     if args.max_batch < 1:
         raise ValueError(f"--max-batch must be >= 1, got {args.max_batch}")
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be between 0 and 65535, got {args.port}")
     api_key = api_key_from(args)
@@ -85,7 +91,7 @@ def run(args) -> int:
     limits = ServeLimits(context_length=args.context_length, max_tokens=args.max_tokens, max_queue=args.max_queue,
                          header_timeout_s=args.header_timeout, max_connections=args.max_connections)
     model = load_chat_model(args.model, backend="transformers", device=args.device, dtype=args.dtype,
-                            batch_size=args.max_batch)
+                            batch_size=args.max_batch, **({"threads": args.threads} if args.threads else {}))
     embedder = None if args.no_embedder else load_embedder(args.embedder)
     server = ModelServer(model, embedder, host=args.host, port=args.port, chat_name=args.served_name or args.model,
                          embedder_name=args.embedder if embedder is not None else None, max_batch=args.max_batch,
