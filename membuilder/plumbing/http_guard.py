@@ -45,7 +45,10 @@ def guarded_h11(header_timeout_s: float, body_timeout_s: float, max_connections:
         def handle_events(self) -> None:
             cycle = self.cycle
             super().handle_events()
-            if self.cycle is not cycle and not self.transport.is_closing():  # a request's headers came
+            if self not in self.connections:  # upgraded to a WebSocket: its own protocol has the transport
+                self._cancel()
+                self._waiting_since = None
+            elif self.cycle is not cycle and not self.transport.is_closing():  # a request's headers came
                 self._waiting_since = None
                 self._arm(body_timeout_s, self.cycle, self._body_expired)
 
