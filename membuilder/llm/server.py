@@ -46,9 +46,9 @@ Limits (``ServeLimits``), so that no request can hold the server:
   past ``max_connections`` open connections a new one evicts the one that has waited longest
   for its headers; the 503 limit counts requests in progress, not open connections
   (``membuilder.plumbing.http_guard``);
-- after a request with a body over 256 KiB the server collects garbage and returns freed heap
-  pages to the system (glibc ``malloc_trim``), so a large request does not leave the resident
-  size at its peak;
+- after a request with a body over 256 KiB (or a prompt_logprobs of over 1024 tokens) the server
+  collects garbage and returns freed heap pages to the system (glibc ``malloc_trim``), so a large
+  request does not leave the resident size at its peak;
 - ``prompt_logprobs`` requests run through the batcher a chunk of positions at a time
   (``membuilder.llm.prompt_scoring``): chats interleave with them, a client that leaves stops
   its scoring before the next chunk, and only the asked-for token's log-probability is kept per
@@ -388,6 +388,7 @@ class ModelServer:
             if sampling is None:
                 scoring = await run_in_threadpool(self.scoring, conv, body)
                 tokens = await _wait(self.batcher.submit_scoring(scoring), request)
+                request.state.release = len(tokens) > 1024  # its KV cache and logits went back to the heap
                 return json_response(200, self.logprobs_response(tokens, rid, created))
             length = await run_in_threadpool(self.prompt_tokens, conv)
             job = self.batcher.submit(conv, self.fit(sampling, length), length)
@@ -417,7 +418,7 @@ def _releasing(handler):
         try:
             return await handler(request)
         finally:
-            if getattr(request.state, "body_bytes", 0) > RELEASE_AFTER_BYTES:
+            if getattr(request.state, "body_bytes", 0) > RELEASE_AFTER_BYTES or getattr(request.state, "release", False):
                 await run_in_threadpool(release_memory)
     return endpoint
 
