@@ -12,12 +12,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from test_llm_server_limits import HELLO, chat, serve, tiny_model  # noqa: F401 (fixtures)
+import test_llm_server_limits as limits  # its tiny model and server fixtures
 
 from membuilder.llm.prompt_scoring import PromptScoring
 from membuilder.llm.server import ServeLimits
 from memgym_env.commands.serve import api_key_from
 
+tiny_model, serve, chat = limits.tiny_model, limits.serve, limits.chat
 GUARDED = dict(header_timeout_s=1.0, body_timeout_s=1.0, keep_alive_s=1)
 
 
@@ -33,7 +34,7 @@ def closed_within(conn: socket.socket, seconds: float) -> tuple[bool, bytes]:
     while time.monotonic() < deadline:
         try:
             data = conn.recv(4096)
-        except socket.timeout:
+        except TimeoutError:
             continue
         except ConnectionError:
             return True, got
