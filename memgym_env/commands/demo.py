@@ -89,14 +89,16 @@ def run(args: argparse.Namespace) -> int:
         paths = write_report(args.out, meta, rollouts, results)
 
     # One block per row, wrapped between figures: a table as wide as these cut every figure at 80 columns.
+    # Titles are printed as text (rich wraps it at spaces); a rule would cut a long title with an ellipsis.
     width = min(console.width, 100)
-    console.rule(f"MemGym demo ({preset}, {meta['wall_s']:.0f} s, {meta['model_calls']} model calls, "
-                 f"{args.model} on {meta['engine']})")
-    console.print(as_records(interactive_table(results), width), markup=False, highlight=False, soft_wrap=True)
+    plain = {"markup": False, "highlight": False}
+    console.print(f"\nMemGym demo ({preset}, {meta['wall_s']:.0f} s, {meta['model_calls']} model calls, "
+                  f"{args.model} on {meta['engine']})", style="bold", **plain)
+    console.print(as_records(interactive_table(results), width), soft_wrap=True, **plain)
     if compare:
-        console.rule("MemBuilder's memory constructor: untrained vs trained (same world, same answerer)")
-        console.print(as_records(trained_table(meta, rollouts, results), width), markup=False, highlight=False,
-                      soft_wrap=True)
+        console.print("\nMemBuilder's memory constructor: untrained vs trained (same world, same answerer)",
+                      style="bold", **plain)
+        console.print(as_records(trained_table(meta, rollouts, results), width), soft_wrap=True, **plain)
     built = ", ".join(f"{n} {r['mean_reward']:.2f}" for n, r in rollouts.items())
     console.print(f"MemoryGym-v0 mean reward per session: {built}")
     for name, path in paths.items():
