@@ -17,10 +17,15 @@ from typing import Any
 
 from membuilder import prompts
 from membuilder.llm.base import ChatMessages, ChatModel, Completion, Sampling
+from membuilder.llm.context_fit import model_context_length, prompt_budget
 from membuilder.memory.core import CORE_LIMIT
 from membuilder.memory.ops import AGENTS
 
 SYSTEM = "You are a careful memory-writing agent. You answer only with the JSON your instructions ask for."
+
+# Tokens kept free for what a chat template adds beyond ``chat_length``'s estimate (a default system
+# prompt, thinking tags), so a prompt fitted here also fits the backend's exact count.
+TEMPLATE_MARGIN = 64
 
 # The observation keys a construction prompt reads (the env's observation dict carries them).
 OBS_SESSION, OBS_TIME, OBS_CORE, OBS_CORE_USAGE = "session", "session_time", "core", "core_usage"
@@ -107,7 +112,10 @@ class MemBuilderPolicy:
     ``act`` handles many observations at once: all 4 x len(observations) prompts (times
     ``sampling.n`` samples) go to the model in one ``generate`` call. ``max_prompt_tokens`` bounds
     each prompt (``fit_prompt``, measured with the model's ``count_tokens``): a model's context
-    cannot hold an unbounded memory view; ``prompts_cut`` counts the prompts it shortened.
+    cannot hold an unbounded memory view; ``prompts_cut`` counts the prompts it shortened. Without
+    it the bound is what the model's context leaves after the completion (less a margin for the
+    chat template, which ``count_tokens`` does not see), so a long session's memory view is cut
+    here, by rank, before the backend would have to cut the prompt's middle.
     """
 
     def __init__(self, model: ChatModel, sampling: Sampling | None = None, max_prompt_tokens: int | None = None):
@@ -119,12 +127,21 @@ class MemBuilderPolicy:
         self.prompts_cut = 0
         self._length = chat_length(model.count_tokens)
 
+    @property
+    def prompt_limit(self) -> int | None:
+        """The most tokens a prompt may take: ``max_prompt_tokens``, else from the model's context."""
+        if self.max_prompt_tokens is not None:
+            return self.max_prompt_tokens
+        budget = prompt_budget(model_context_length(self.model, default=None), self.sampling.max_new_tokens)
+        return None if budget is None else max(1, budget - TEMPLATE_MARGIN)
+
     def prompt(self, agent: str, obs: Mapping[str, Any]) -> ChatMessages:
         messages = render_prompt(agent, obs)
-        if self.max_prompt_tokens is None or self._length(messages) <= self.max_prompt_tokens:
+        limit = self.prompt_limit
+        if limit is None or self._length(messages) <= limit:
             return messages
         self.prompts_cut += 1
-        return fit_prompt(agent, obs, self._length, self.max_prompt_tokens)
+        return fit_prompt(agent, obs, self._length, limit)
 
     def act_many(self, observations: Sequence[Mapping[str, Any]], n: int | None = None) -> list[list[dict[str, str]]]:
         """For each observation, ``n`` candidate actions (dicts agent -> raw output)."""

@@ -50,6 +50,7 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     wall_s: float = 0.0  # seconds spent inside the model's calls
+    prompts_cut: int = 0  # prompts shortened to fit the model's context (membuilder.llm.context_fit)
 
     def add(self, completions: list[Completion], conversations: int, wall_s: float = 0.0) -> None:
         self.calls += 1
@@ -58,17 +59,19 @@ class Usage:
         self.completion_tokens += sum(c.completion_tokens for c in completions)
         self.wall_s += wall_s
 
-    def add_counts(self, conversations: int, prompt_tokens: int, completion_tokens: int, wall_s: float) -> None:
+    def add_counts(self, conversations: int, prompt_tokens: int, completion_tokens: int, wall_s: float,
+                   prompts_cut: int = 0) -> None:
         self.calls += 1
         self.conversations += conversations
         self.prompt_tokens += prompt_tokens
         self.completion_tokens += completion_tokens
         self.wall_s += wall_s
+        self.prompts_cut += prompts_cut
 
     def to_dict(self) -> dict[str, int | float]:
         return dict(calls=self.calls, conversations=self.conversations,
                     prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
-                    wall_s=round(self.wall_s, 3))
+                    wall_s=round(self.wall_s, 3), prompts_cut=self.prompts_cut)
 
 
 class UsageLedger:
@@ -85,15 +88,22 @@ class UsageLedger:
         self._lock = threading.Lock()
 
     def record(self, purpose: str | None, conversations: int, prompt_tokens: int, completion_tokens: int,
-               wall_s: float) -> None:
+               wall_s: float, prompts_cut: int = 0) -> None:
         with self._lock:
             for usage in (self.total, self.by_purpose.setdefault(purpose or "default", Usage())):
-                usage.add_counts(conversations, prompt_tokens, completion_tokens, wall_s)
+                usage.add_counts(conversations, prompt_tokens, completion_tokens, wall_s, prompts_cut)
 
     def record_completions(self, purpose: str | None, completions: list[Completion], conversations: int,
-                           wall_s: float) -> None:
+                           wall_s: float, prompts_cut: int = 0) -> None:
         self.record(purpose, conversations, sum(c.prompt_tokens for c in completions),
-                    sum(c.completion_tokens for c in completions), wall_s)
+                    sum(c.completion_tokens for c in completions), wall_s, prompts_cut)
+
+    def note_cuts(self, purpose: str | None, prompts_cut: int) -> None:
+        """Book prompts cut to fit the context within a call recorded separately."""
+        if prompts_cut:
+            with self._lock:
+                for usage in (self.total, self.by_purpose.setdefault(purpose or "default", Usage())):
+                    usage.prompts_cut += prompts_cut
 
     def to_dict(self) -> dict[str, Any]:
         with self._lock:
@@ -145,6 +155,10 @@ class PurposeBoundModel:
 
     def count_tokens(self, text: str) -> int:
         return self.model.count_tokens(text)
+
+    @property
+    def context_length(self) -> int | None:
+        return getattr(self.model, "context_length", None)
 
     def __repr__(self) -> str:
         return f"PurposeBoundModel({self.model!r}, purpose={self.purpose!r})"

@@ -75,6 +75,7 @@ from typing import Any
 
 from membuilder.llm.base import Sampling, check_conversations
 from membuilder.llm.batching import GenerationBatcher, Job
+from membuilder.llm.context_fit import model_context_length
 from membuilder.llm.prompt_scoring import PromptScoring, WholeScoring, can_chunk
 from membuilder.plumbing.http import (
     HttpServer,
@@ -115,18 +116,6 @@ class ServeLimits:
                 raise ValueError(f"ServeLimits.{name} must be > 0, got {value}")
         if self.context_length is not None and self.context_length < 2:
             raise ValueError(f"ServeLimits.context_length must be >= 2, got {self.context_length}")
-
-
-def model_context_length(model: Any, default: int = 8192) -> int:
-    """The context length of a chat model: its ``context_length``, else its transformers config's
-    ``max_position_embeddings``, else the tokenizer's ``model_max_length`` when plausible."""
-    value = getattr(model, "context_length", None)
-    config = getattr(getattr(model, "model", None), "config", None)
-    for candidate in (value, getattr(config, "max_position_embeddings", None),
-                      getattr(getattr(model, "tokenizer", None), "model_max_length", None)):
-        if isinstance(candidate, int) and 1 < candidate < 10_000_000:
-            return candidate
-    return default
 
 
 def max_token_chars(model: Any) -> int:

@@ -37,6 +37,7 @@ from membuilder.llm.base import (
     check_conversations,
     check_sampling,
 )
+from membuilder.llm.context_fit import fit_rendered, model_context_length, prompt_budget
 from membuilder.llm.loading import load_causal_lm
 
 # Below this many shared leading tokens, running a prefix apart costs more than it saves.
@@ -120,7 +121,9 @@ class TransformersChatModel:
     choice. On a small shared machine 1 thread can be many times faster than 2: idle OpenMP
     workers spin against other processes), ``chat_template_kwargs`` (extra variables for the chat
     template, e.g. ``{"enable_thinking": False}`` so a Qwen3 answerer replies without thinking first;
-    templates ignore variables they do not use).
+    templates ignore variables they do not use), ``context_length`` (prompt + completion tokens;
+    default the model config's ``max_position_embeddings``: every prompt is fitted to it, see
+    ``membuilder.llm.context_fit``).
     A ready model and tokenizer can be passed instead of a path (``model=``, ``tokenizer=``), e.g.
     a policy being trained.
     """
@@ -129,7 +132,8 @@ class TransformersChatModel:
 
     def __init__(self, path: str | None = None, *, name: str | None = None, device: str | None = None,
                  dtype: str | None = None, batch_size: int = 16, threads: int | None = None,
-                 model: Any = None, tokenizer: Any = None, chat_template_kwargs: dict[str, Any] | None = None):
+                 model: Any = None, tokenizer: Any = None, chat_template_kwargs: dict[str, Any] | None = None,
+                 context_length: int | None = None):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         import torch
 
@@ -140,6 +144,9 @@ class TransformersChatModel:
 
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if context_length is not None and (isinstance(context_length, bool) or not isinstance(context_length, int)
+                                           or context_length < 2):
+            raise ValueError(f"context_length must be a whole number >= 2, got {context_length!r}")
         if chat_template_kwargs is not None and not isinstance(chat_template_kwargs, dict):
             raise ValueError(f"chat_template_kwargs must be a mapping, got {chat_template_kwargs!r}")
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
@@ -171,6 +178,7 @@ class TransformersChatModel:
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         self.eos_ids = self._eos_ids()
+        self.context_length = context_length or model_context_length(self, default=None)
         self.dtype = str(next(model.parameters()).dtype).replace("torch.", "")
         self.load_seconds = time.perf_counter() - started
         self._torch = torch
@@ -224,7 +232,8 @@ class TransformersChatModel:
         conversations = check_conversations(conversations, f"{self.name}.generate")
         sampling = check_sampling(sampling, f"{self.name}.generate")
         started = time.perf_counter()
-        prompts = [self.render(c) for c in conversations]
+        _, prompts, cut = fit_rendered(conversations, self.render,
+                                       prompt_budget(self.context_length, sampling.max_new_tokens))
         results: list[list[Completion]] = [[] for _ in prompts]
         # Sort by length so each micro-batch pads little; results go back in caller order.
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
@@ -235,7 +244,7 @@ class TransformersChatModel:
                 for i, comps in zip(chunk, self._generate_batch(batch, sampling, should_stop), strict=True):
                     results[i] = comps
         flat = [c for comps in results for c in comps]
-        self.ledger.record_completions(purpose, flat, len(conversations), time.perf_counter() - started)
+        self.ledger.record_completions(purpose, flat, len(conversations), time.perf_counter() - started, cut)
         return flat
 
     def _seeded(self, sampling: Sampling):
@@ -314,14 +323,15 @@ class TransformersChatModel:
         if not choices or not all(isinstance(c, str) and c for c in choices):
             raise ValueError(f"{self.name}.choice_logprobs: choices must be a non-empty list of non-empty strings")
         started = time.perf_counter()
-        prompt = self.render(conversation)
         seqs = [self.tokenizer.encode(c, add_special_tokens=False) for c in choices]
+        _, (prompt,), cut = fit_rendered([conversation], self.render,
+                                         prompt_budget(self.context_length, max(map(len, seqs))))
         scores: list[float] = []
         with self._lock:
             for start in range(0, len(seqs), self.batch_size):
                 scores.extend(self._score_continuations(prompt, seqs[start:start + self.batch_size]))
         self.ledger.record(purpose, 1, len(prompt) * len(choices) + sum(map(len, seqs)), 0,
-                           time.perf_counter() - started)
+                           time.perf_counter() - started, cut)
         return scores
 
     def choice_logprobs_batch(self, conversations: list[ChatMessages], choices: list[list[str]], *,
@@ -343,7 +353,9 @@ class TransformersChatModel:
                 out[i] = self.choice_logprobs(conversations[i], choices[i], purpose=purpose)
         if fast:
             convs = check_conversations([conversations[i] for i in fast], f"{self.name}.choice_logprobs_batch")
-            rows = {i: self.render(c) for i, c in zip(fast, convs)}
+            _, fitted, cut = fit_rendered(convs, self.render, prompt_budget(self.context_length, 1))
+            rows = dict(zip(fast, fitted))
+            self.ledger.note_cuts(purpose, cut)
             order = sorted(fast, key=lambda i: len(rows[i]))  # similar lengths share a batch: less padding
             for start in range(0, len(order), self.batch_size):
                 chunk = order[start:start + self.batch_size]

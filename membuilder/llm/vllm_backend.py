@@ -20,8 +20,10 @@ entry point with ``if __name__ == "__main__":``.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 from membuilder.llm.base import (
@@ -32,6 +34,31 @@ from membuilder.llm.base import (
     check_conversations,
     check_sampling,
 )
+from membuilder.llm.context_fit import fit_conversation, prompt_budget
+
+CPU_FALLBACK_CONTEXT = 4096  # when a checkpoint's config cannot be read
+
+
+def cpu_context_length(path: str, kv_cache_gb: float) -> int:
+    """The engine context for a checkpoint on vLLM's CPU engine: the model's own
+    (``max_position_embeddings``) where the KV cache can hold one sequence of it, else the longest
+    that fits (whole 16-token blocks). vLLM refuses to start when ``max_model_len`` exceeds what the
+    cache holds, and refuses any longer prompt, so this is the most a prompt can ever use."""
+    try:
+        config = json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return CPU_FALLBACK_CONTEXT
+    config = config.get("text_config", config)
+    try:
+        own = int(config["max_position_embeddings"])
+        layers, heads = int(config["num_hidden_layers"]), int(config["num_attention_heads"])
+        kv_heads = int(config.get("num_key_value_heads") or heads)
+        head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
+    except (KeyError, TypeError, ValueError):
+        return CPU_FALLBACK_CONTEXT
+    per_token = 2 * layers * kv_heads * head_dim * 2  # keys and values, bfloat16
+    fits = int(kv_cache_gb * (1 << 30)) // per_token // 16 * 16
+    return max(16, min(own, fits))
 
 
 def _import_vllm():
@@ -72,7 +99,9 @@ class VLLMChatModel:
     was built for, so this only checks that it is the one asked for), ``gpu_memory_utilization``
     (share of GPU memory vLLM may take; lower it when a trainer shares the GPU), ``kv_cache_gb``
     (CPU only: KV-cache size in whole GB, over ``$VLLM_CPU_KVCACHE_SPACE``; without it that variable, else 2), ``max_model_len``
-    (default 4096 on a CPU), ``enforce_eager`` (skip torch.compile: the engine starts in about
+    (default on a CPU: the model's own context where the KV cache holds it, ``cpu_context_length``;
+    8192 for SmolLM2; every prompt is fitted to it, see ``membuilder.llm.context_fit``),
+    ``enforce_eager`` (skip torch.compile: the engine starts in about
     50 s instead of 2 minutes on a CPU; default: True on a CPU), ``tensor_parallel_size``,
     ``seed``, ``chat_template_kwargs`` (as for the transformers backend), ``in_process`` (run the
     engine's core in this process; default: True on a CPU, see below), and any further ``vllm.LLM``
@@ -121,7 +150,8 @@ class VLLMChatModel:
         self.dtype = "bfloat16" if dtype in (None, "auto") and on_cpu else (dtype or "auto")
         kwargs = dict(model=path, dtype=self.dtype, tensor_parallel_size=tensor_parallel_size, seed=seed)
         if on_cpu:
-            kwargs["max_model_len"] = max_model_len or 4096
+            kwargs["max_model_len"] = max_model_len or cpu_context_length(
+                path, float(os.environ.get("VLLM_CPU_KVCACHE_SPACE") or 2))
             kwargs["enforce_eager"] = True if enforce_eager is None else enforce_eager
         else:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
@@ -135,6 +165,7 @@ class VLLMChatModel:
         self.llm = _build_engine(vllm, kwargs, self.in_process)
         self.load_seconds = time.perf_counter() - started
         self.tokenizer = self.llm.get_tokenizer()
+        self.context_length = int(self.llm.llm_engine.model_config.max_model_len)
         if self.dtype == "auto":
             self.dtype = str(self.llm.llm_engine.model_config.dtype).replace("torch.", "")
         self._owns_engine = True
@@ -153,6 +184,7 @@ class VLLMChatModel:
         self.device = "cpu" if current_platform.is_cpu() else "cuda"
         self.dtype = str(config.dtype).replace("torch.", "")
         self.chat_template_kwargs, self.load_seconds, self._owns_engine = {}, 0.0, False
+        self.context_length = int(config.max_model_len)
         self.in_process = type(getattr(llm.llm_engine, "engine_core", None)).__name__ == "InprocClient"
         return self
 
@@ -206,6 +238,7 @@ class VLLMChatModel:
         conversations = check_conversations(conversations, f"{self.name}.generate")
         sampling = check_sampling(sampling, f"{self.name}.generate")
         started = time.perf_counter()
+        conversations, cut = self._fit(conversations, sampling.max_new_tokens)
         outputs = self.llm.chat(conversations, self._params(sampling), use_tqdm=False,
                                 chat_template_kwargs=self.chat_template_kwargs or None)
         latency = time.perf_counter() - started
@@ -217,8 +250,22 @@ class VLLMChatModel:
                     text=sample.text, token_ids=list(sample.token_ids),
                     finish_reason="length" if sample.finish_reason == "length" else "stop",
                     prompt_tokens=prompt_len, completion_tokens=len(sample.token_ids), latency_s=latency))
-        self.ledger.record_completions(purpose, completions, len(conversations), latency)
+        self.ledger.record_completions(purpose, completions, len(conversations), latency, cut)
         return completions
+
+    def _fit(self, conversations: list[ChatMessages], reserve: int) -> tuple[list[ChatMessages], int]:
+        """Conversations whose rendered prompt leaves ``reserve`` tokens of the engine's context
+        (vLLM refuses a prompt of ``max_model_len`` tokens or more), cut where they do not; and how
+        many were cut. Only prompts that could be too long are rendered here: a byte-level token
+        holds at least one byte, so a prompt whose text is well under the budget in bytes fits."""
+        budget = min(prompt_budget(self.context_length, reserve), self.context_length - 1)
+        out, cut = [], 0
+        for conv in conversations:
+            if sum(len(m["content"].encode()) + 16 for m in conv) + 256 > budget and len(self._render(conv)) > budget:
+                conv, _ = fit_conversation(conv, lambda c: len(self._render(c)), budget)
+                cut += 1
+            out.append(conv)
+        return out, cut
 
     def _render(self, conversation: ChatMessages) -> list[int]:
         rendered = self.tokenizer.apply_chat_template(conversation, tokenize=True, add_generation_prompt=True,
@@ -243,8 +290,9 @@ class VLLMChatModel:
             if not cs or not all(isinstance(c, str) and c for c in cs):
                 raise ValueError(f"{self.name}.choice_logprobs: choices must be a non-empty list of non-empty strings")
         started = time.perf_counter()
-        prompts = [self._render(c) for c in conversations]
         conts = [[self.tokenizer.encode(c, add_special_tokens=False) for c in cs] for cs in choices]
+        conversations, cut = zip(*(self._fit([conv], max(map(len, cs)) + 1) for conv, cs in zip(conversations, conts)))
+        prompts = [self._render(c[0]) for c in conversations]
         requests = [{"prompt_token_ids": p + cont} for p, cs in zip(prompts, conts) for cont in cs]
         params = self._vllm.SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
         outputs = iter(self.llm.generate(requests, params, use_tqdm=False))
@@ -256,5 +304,5 @@ class VLLMChatModel:
                 row.append(float(sum(entry[tok].logprob for tok, entry in zip(cont, entries, strict=True))))
             scores.append(row)
         tokens = sum(len(r["prompt_token_ids"]) for r in requests)
-        self.ledger.record(purpose, len(conversations), tokens, 0, time.perf_counter() - started)
+        self.ledger.record(purpose, len(conversations), tokens, 0, time.perf_counter() - started, sum(cut))
         return scores

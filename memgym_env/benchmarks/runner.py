@@ -179,7 +179,17 @@ def _same_data(old: Any, new: Any, path: str | None) -> bool:
 
 def load_model(spec: str):
     """A ``ChatModel`` from a spec of membuilder's registry: a short name (``smollm2-135m``), a
-    checkpoint path, ``vllm:...`` or ``openai:model@url`` (remote concurrency is bounded there)."""
+    checkpoint path, ``vllm:...`` or ``openai:model@url`` (remote concurrency is bounded there), or
+    a JSON mapping of the registry's mapping form with backend keywords, e.g.
+    ``{"model": "vllm:smollm2-135m-memgym", "max_model_len": 4096}``."""
+    if spec.lstrip().startswith("{"):
+        try:
+            mapping = json.loads(spec)
+        except ValueError as exc:
+            raise ValueError(f"model spec {spec[:200]!r} starts like a JSON mapping but is not one: {exc}") from exc
+        if not isinstance(mapping, dict):
+            raise ValueError(f"model spec {spec[:200]!r}: a JSON spec must be a mapping with a 'model' string")
+        return load_chat_model(mapping)
     return load_chat_model(spec)
 
 
@@ -213,7 +223,7 @@ class _Stage:
     def __enter__(self):
         self.start = time.perf_counter()
         u = getattr(self.model, "usage", None)
-        self.before = (u.prompt_tokens, u.completion_tokens) if u else (0, 0)
+        self.before = (u.prompt_tokens, u.completion_tokens, getattr(u, "prompts_cut", 0)) if u else (0, 0, 0)
         self.embeds = (self.embedder.calls, self.embedder.texts) if self.embedder else (0, 0)
         return self
 
@@ -223,6 +233,8 @@ class _Stage:
         if u:
             self.t["prompt_tokens"] += u.prompt_tokens - self.before[0]
             self.t["completion_tokens"] += u.completion_tokens - self.before[1]
+            if getattr(u, "prompts_cut", 0) > self.before[2]:  # prompts shortened to fit the model's context
+                self.t["prompts_cut"] = self.t.get("prompts_cut", 0) + u.prompts_cut - self.before[2]
         if self.embedder:
             self.t["embed_calls"] = self.t.get("embed_calls", 0) + self.embedder.calls - self.embeds[0]
             self.t["embedded_texts"] = self.t.get("embedded_texts", 0) + self.embedder.texts - self.embeds[1]

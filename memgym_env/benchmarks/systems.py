@@ -224,6 +224,7 @@ def membuilder_session_builder(model, max_new_tokens: int = 384, view_k: int = 2
         for agent in AGENTS:
             bank.apply(agent, outputs[agent], time=session.time, session=session.id)
 
+    build.policy = policy  # its prompts_cut goes into the run's report (MemBuilder.costs)
     return build
 
 
@@ -245,6 +246,16 @@ class MemBuilder:
         self.live_only = live_only
         self.progress = progress
         self._banks: dict[str, Any] = {}
+        self._cut_reported = 0
+
+    @property
+    def costs(self) -> dict[str, dict[str, float]]:
+        """Constructor prompts cut to the model's context since the last report (memory view first,
+        then Core, then the session's start), for the build stage of the run's report."""
+        policy = getattr(self.build_session, "policy", None)
+        cut = getattr(policy, "prompts_cut", 0) - self._cut_reported
+        self._cut_reported += cut
+        return {"build": {"constructor_prompts_cut": cut}} if cut else {}
 
     def build(self, conv: Conversation, folder: Path) -> dict[str, Any]:
         folder.mkdir(parents=True, exist_ok=True)

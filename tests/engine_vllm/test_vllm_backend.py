@@ -119,3 +119,29 @@ def test_usage_is_booked(model):
     before = model.usage.calls
     model.generate([ask("Hi")], Sampling(max_new_tokens=2), purpose="probe")
     assert model.usage.calls == before + 1 and model.ledger.by_purpose["probe"].completion_tokens >= 1
+
+
+def test_an_overlong_prompt_is_cut_to_the_engine_context_not_refused(model):
+    """vLLM refuses a prompt of max_model_len tokens or more; the backend cuts the middle of the
+    longest message first and books the cut, so a long LoCoMo session cannot end a build."""
+    assert model.context_length == 2048
+    long = ask("Remember these numbers: " + " ".join(str(i) for i in range(3000)) + "\nWhat is the first number?")
+    before = model.usage.prompts_cut
+    out = model.generate([long, ask("Hi")], Sampling(max_new_tokens=16))
+    assert out[0].prompt_tokens <= 2048 - 16 and out[1].prompt_tokens < 64
+    assert model.usage.prompts_cut == before + 1
+    scores = model.choice_logprobs(long, ["0", "2999"])
+    assert len(scores) == 2 and model.usage.prompts_cut == before + 2
+
+
+def test_the_constructor_fits_a_long_session_by_its_memory_view(model):
+    from membuilder.agents.constructor import MemBuilderPolicy
+
+    policy = MemBuilderPolicy(model, Sampling(temperature=0.0, max_new_tokens=64))
+    entries = tuple(f"Entry {i}: the user mentioned a hobby of theirs, number {i}, at some length." for i in range(200))
+    obs = {"session": "user: I started pottery classes.", "session_time": "2024-01-01", "core": "",
+           "core_usage": 0.0, "semantic": entries, "episodic": entries, "procedural": entries}
+    before = model.usage.prompts_cut
+    out = policy.act(obs)
+    assert set(out) == {"core", "episodic", "semantic", "procedural"} and policy.prompts_cut == 3
+    assert model.usage.prompts_cut == before  # cut by rank in the policy; nothing left for the engine
