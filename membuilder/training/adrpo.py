@@ -47,7 +47,7 @@ from membuilder.reward import CandidateScorer
 from membuilder.training.importance_ratio import RatioStats, importance_ratio
 from membuilder.training.merged_weights import install_exact_lora_sync
 from membuilder.training.shared_prefix import shared_prefix_logps, through_wrapper
-from membuilder.training.trl_reward import SessionReward
+from membuilder.training.trl_reward import TIE_TOLERANCE, SessionReward
 from membuilder.training.vllm_cpu_sync import install_cpu_weight_sync
 
 # ---- the ADRPO idea, in a few lines -----------------------------------------------------------
@@ -111,6 +111,11 @@ class ADRPOConfig(GRPOConfig):
                 "gradient_accumulation_steps so that per_device_train_batch_size x gradient_accumulation_steps x "
                 "processes = sessions_per_step x 4 x G. MemBuilder's published recipe: 8 sessions x 4 agents x 8 "
                 "samples. None: gradient_accumulation_steps as given."})
+    redraw_tied: int = field(default=0, metadata={
+        "help": "When a rollout batch holds agent groups whose G rewards all tie (no gradient), draw the whole batch "
+                "again, up to this many times, and keep the draw with the fewest tied groups (the earliest on a tie). "
+                "Logged: reward/redraws, reward/tied_groups_first_draw (reward/tied_groups is the kept draw's). All "
+                "processes redraw together when any has a tie. 0: every draw is kept, as published."})
     rollout_log: str | None = field(default=None, metadata={
         "help": "Append every scored completion (step, session_key, agent, k, completion, reward, weight, advantage) "
                 "as JSON lines to <rollout_log>.<process_index>.jsonl, one file per process. A run resumed from a "
@@ -118,6 +123,8 @@ class ADRPOConfig(GRPOConfig):
 
 
     def __post_init__(self) -> None:
+        if isinstance(self.redraw_tied, bool) or not isinstance(self.redraw_tied, int) or self.redraw_tied < 0:
+            raise ValueError(f"redraw_tied must be a whole number >= 0; got {self.redraw_tied!r}")
         if self.sessions_per_step is not None:
             self.gradient_accumulation_steps = accumulation_for(
                 self.sessions_per_step, self.num_generations, self.per_device_train_batch_size,
@@ -284,18 +291,55 @@ class ADRPOTrainer(GRPOTrainer):
         return SessionRepeatSampler(eval_dataset["session_key"], mini_repeat_count=self.num_generations_eval,
                                     batch_size=len(AGENTS), shuffle=False, seed=self.args.seed)
 
+    def _draw(self, inputs):
+        """One rollout batch from TRL: generation, rewards, advantages."""
+        if not self.ratio_in_loss:
+            return super()._generate_and_score_completions(inputs)
+        # TRL then skips its no-grad log-prob pass and the ratio; _compute_loss supplies the ratio
+        self.vllm_importance_sampling_correction = False
+        try:
+            return super()._generate_and_score_completions(inputs)
+        finally:
+            self.vllm_importance_sampling_correction = True
+
+    def _tied_groups(self, g: int) -> tuple[int, int]:
+        """(tied, all) agent groups of the last draw: groups whose G rewards are equal give no gradient."""
+        rewards = self.session_reward.last_rewards
+        groups = [rewards[i:i + g] for i in range(0, len(rewards), g)]
+        return sum(max(x) - min(x) <= TIE_TOLERANCE for x in groups), len(groups)
+
+    def _any_process(self, count: int) -> int:
+        if self.accelerator.num_processes == 1:
+            return count
+        local = torch.tensor([float(count)], device=self.accelerator.device)
+        return int(self.accelerator.gather(local).sum().item())
+
+    def _draw_until_untied(self, inputs, g: int) -> tuple[Any, dict[str, float | int]]:
+        """The first draw, or with ``redraw_tied`` the draw with the fewest tied groups among up to
+        1 + redraw_tied. Each draw re-runs the whole batch (its sessions stay whole); the session
+        reward's record is put back to the kept draw's, so weights and metrics follow its rows."""
+        output = self._draw(inputs)
+        tied, total = self._tied_groups(g)
+        info: dict[str, float | int] = {"redraws": 0, "first_tied": tied, "groups": total}
+        if not self.model.training or not self.args.redraw_tied:
+            return output, info
+        record = ("last_weights", "last_rewards", "last_rewarded", "last_stats", "last_stat_totals")
+        best = (tied, output, {k: getattr(self.session_reward, k) for k in record})
+        while info["redraws"] < self.args.redraw_tied and self._any_process(best[0]) > 0:
+            info["redraws"] += 1
+            again = self._draw(inputs)
+            tied, _ = self._tied_groups(g)
+            if tied < best[0]:
+                best = (tied, again, {k: getattr(self.session_reward, k) for k in record})
+        for k, v in best[2].items():
+            setattr(self.session_reward, k, v)
+        return best[1], info
+
     def _generate_and_score_completions(self, inputs):
         mode = "train" if self.model.training else "eval"
         started = time.perf_counter()
-        if self.ratio_in_loss:
-            # TRL then skips its no-grad log-prob pass and the ratio; _compute_loss supplies the ratio
-            self.vllm_importance_sampling_correction = False
-            try:
-                output = super()._generate_and_score_completions(inputs)
-            finally:
-                self.vllm_importance_sampling_correction = True
-        else:
-            output = super()._generate_and_score_completions(inputs)
+        g = self.num_generations if mode == "train" else self.num_generations_eval
+        output, draws = self._draw_until_untied(inputs, g)
         elapsed = time.perf_counter() - started
         # The weights are this process's, in its row order; TRL has already cut the gathered
         # advantages down to this process's slice (the same rows), so the two line up.
@@ -310,10 +354,12 @@ class ADRPOTrainer(GRPOTrainer):
         totals = dict(self.session_reward.last_stat_totals)
         # TRL's frac_reward_zero_std misses groups of equal rewards other than 0 and 1 (the float32 std of eight
         # 0.4s is 3e-8, not zero): count groups with no spread exactly, on the rewards as the scorer gave them
-        g = self.num_generations if mode == "train" else self.num_generations_eval
         rewards = self.session_reward.last_rewards
         groups = [rewards[i:i + g] for i in range(0, len(rewards), g)]
         totals["reward/frac_groups_alike"] = (float(sum(max(x) == min(x) for x in groups)), len(groups))
+        if self.args.redraw_tied and mode == "train":
+            totals["reward/redraws"] = (float(draws["redraws"]), 1)
+            totals["reward/tied_groups_first_draw"] = (float(draws["first_tied"]), max(1, int(draws["groups"])))
         tokens = float(output["completion_mask"].sum().item())
         generate = max(0.0, elapsed - totals.get("time/score", (0.0, 1))[0])
         totals["time/generate"] = (generate, 1)

@@ -405,3 +405,42 @@ def test_sessions_per_step_sets_the_accumulation():
         accumulation_for(1, 2, 3)
     with pytest.raises(ValueError, match="integer >= 1"):
         accumulation_for(0, 8, 8)
+
+
+class CoinScorer(LengthScorer):
+    """Rewards 1 when an output starts with an ASCII letter, else 0: with G = 2 many groups tie."""
+
+    def score(self, session_key, candidates, *, task_rewarded=True):
+        out = super().score(session_key, candidates, task_rewarded=task_rewarded)
+        for cand, reward in zip(candidates, out, strict=True):
+            reward.agent_rewards = {a: float(cand[a][:1].isascii() and cand[a][:1].isalpha()) for a in AGENTS}
+        return out
+
+
+def test_redraw_keeps_the_draw_with_the_fewest_tied_groups(tokenizer, tmp_path):
+    calls = []
+    trainer = _trainer(tokenizer, tmp_path, scorer=CoinScorer.from_texts(SESSIONS), redraw_tied=3, max_steps=3)
+    draw = trainer._draw
+
+    def counted(inputs):
+        out = draw(inputs)
+        calls.append(trainer._tied_groups(trainer.num_generations)[0])
+        return out
+
+    trainer._draw = counted
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "reward/redraws" in h]
+    assert len(logs) == 3
+    redraws = [round(h["reward/redraws"]) for h in logs]
+    assert sum(redraws) + 3 == len(calls) and sum(redraws) > 0
+    # each step kept the fewest ties among its draws, and stopped drawing once none tied
+    at = 0
+    for h, n in zip(logs, redraws, strict=True):
+        draws = calls[at:at + n + 1]
+        at += n + 1
+        groups = len(trainer.session_reward.last_rewards) // trainer.num_generations
+        assert h["reward/tied_groups_first_draw"] == pytest.approx(draws[0] / groups)
+        assert h["reward/frac_groups_alike"] == pytest.approx(min(draws) / groups)
+        assert n == 3 or draws[-1] == 0
+    with pytest.raises(ValueError, match="redraw_tied"):
+        _args(tmp_path, redraw_tied=-1)
