@@ -36,7 +36,8 @@ class MemBuilderAssistant(ChatAssistant):
     retrieved for an answer, 10), ``write_model`` (the memory constructor playing the four agents
     and compressing Core, e.g. a trained policy; default ``model``, which always replies and answers),
     ``write_prompt_tokens`` (longest agent prompt: a bank that outgrows the writer's context loses
-    view entries from its prompts, lowest-ranked first, instead of failing the run; None: no bound),
+    view entries from its prompts, lowest-ranked first, instead of failing the run; None: what the
+    writer's context leaves after its output),
     ``memory_view`` (what answers retrieve from: "all", every entry including those an UPDATE or
     MERGE replaced, as MemBuilder is published; "live", those superseded entries left out).
     The memory agents' own views are untouched: they always see the whole bank."""
