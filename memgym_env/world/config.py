@@ -40,6 +40,7 @@ class WorldConfig:
     session_hours: tuple[int, int] = (19, 22)
     seed: int = 42
     locale: str = "en_US"
+    wording: str = "fixed"  # fixed: the catalog's titles and value texts | varied: each user draws other wordings, said in the dialogue (world/wording.py)
     session_qa: SessionQAConfig = field(default_factory=SessionQAConfig)
 
     def check(self, where: str = "world config") -> None:
@@ -59,6 +60,8 @@ class WorldConfig:
                 raise bad(name, f"must be a non-negative integer, got {getattr(self, name)!r}")
         if self.values_per_state < 2:
             raise bad("values_per_state", "must be at least 2 (a state that cannot change is no state)")
+        if self.wording not in ("fixed", "varied"):
+            raise bad("wording", f"must be fixed or varied, got {self.wording!r}")
         lo, hi = self.session_hours
         if not 0 <= lo < hi <= 24:
             raise bad("session_hours", f"must be [start, end] hours with 0 <= start < end <= 24, got {self.session_hours}")

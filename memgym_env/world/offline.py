@@ -33,6 +33,7 @@ from memgym_env.world.types import (
     WorldSession,
     WorldUser,
 )
+from memgym_env.world.wording import UserWording
 
 
 def _pick_questions(cat: Catalog, cfg: WorldConfig, rng: random.Random) -> list[tuple[QuestionSpec, list[str]]]:
@@ -71,17 +72,25 @@ def _info(spec: VariableSpec, values: list[str]) -> VariableInfo:
                         ask=full.ask)
 
 
-def session_messages(cat: Catalog, query: str, event_phrase: str | None, rounds: int, rng: random.Random) -> list[Turn]:
+def session_messages(cat: Catalog, query: str, event_phrase: str | None, rounds: int, rng: random.Random,
+                     wording: UserWording | None = None) -> list[Turn]:
     d = cat.dialogue
-    turns = [Turn("user", query), Turn("assistant", rng.choice(d.replies))]
+
+    # Varied wording swaps each line for one of its own drawing, after the world's generator has
+    # drawn as it always does, so the rest of the world stays the fixed world's.
+    def say(kind: str, line: str) -> str:
+        return wording.line(kind) if wording is not None else line
+
+    turns = [Turn("user", query), Turn("assistant", say("replies", rng.choice(d.replies)))]
     follow_ups = rng.sample(d.follow_ups, len(d.follow_ups))
     for r in range(1, rounds):
         if r == 1 and event_phrase is not None:
             # The second round tells the life event behind the change, in the user's own words.
-            line = rng.choice(d.event_intros).format(event=first_person_event(event_phrase))
-            turns += [Turn("user", line[0].upper() + line[1:]), Turn("assistant", rng.choice(d.replies))]
+            line = say("event_intros", rng.choice(d.event_intros)).format(event=first_person_event(event_phrase))
+            turns += [Turn("user", line[0].upper() + line[1:]), Turn("assistant", say("replies", rng.choice(d.replies)))]
         else:
-            turns += [Turn("user", follow_ups[r % len(follow_ups)]), Turn("assistant", rng.choice(d.closings))]
+            turns += [Turn("user", say("follow_ups", follow_ups[r % len(follow_ups)])),
+                      Turn("assistant", say("closings", rng.choice(d.closings)))]
     return turns
 
 
@@ -139,6 +148,14 @@ def generate_user(cfg: WorldConfig, index: int, cat: Catalog | None = None, fake
     profile = make_profile(fake, rng, state)
     first, gender = profile.first_name, profile.gender
     start = date.fromisoformat(cfg.start_time)
+    wording = UserWording(cfg.seed, index, cat) if cfg.wording == "varied" else None
+    infos = {v: (wording.info if wording else _info)(cat.variables[v], schema[v]) for v in variables}
+
+    def stated(query: str, shown: dict[str, str]) -> str:
+        """Varied wording: the opening request also states each value in the world's words."""
+        if wording is None:
+            return query
+        return " ".join([query, *(wording.statement(infos[v], x) for v, x in shown.items())])
 
     # Period 0: the initial state, revealed a few variables per session.
     order = rng.sample(variables, len(variables))
@@ -148,8 +165,10 @@ def generate_user(cfg: WorldConfig, index: int, cat: Catalog | None = None, fake
     for group, t in zip(groups, times, strict=True):
         lines = [rng.choice(cat.variables[v].values[state[v]].say) for v in group]
         query = " ".join([lines[0]] + [f"Also, {_lower_first(line)}" for line in lines[1:]])
+        query = stated(query, {v: state[v] for v in group})
         sessions.append(WorldSession(event=None, exposed_states={v: state[v] for v in group}, query=query,
-                                     session_time=t, messages=session_messages(cat, query, None, cfg.rounds_initial, rng)))
+                                     session_time=t, messages=session_messages(cat, query, None, cfg.rounds_initial, rng,
+                                                                               wording)))
     counts = {v: 1 for v in variables}
     periods = [Period(period_start=None, period_end=start.isoformat(), period_summary=None, sessions=sessions,
                       state=dict(state), updates={v: StateUpdate(None, state[v]) for v in variables},
@@ -168,7 +187,7 @@ def generate_user(cfg: WorldConfig, index: int, cat: Catalog | None = None, fake
             new = rng.choice([x for x in schema[var] if x != old])
             value = cat.variables[var].values[new]
             phrase = rng.choice(value.events)
-            query = rng.choice(value.say)
+            query = stated(rng.choice(value.say), {var: new})
             state[var] = new
             counts[var] += 1
             changes_left[var] -= 1
@@ -176,7 +195,7 @@ def generate_user(cfg: WorldConfig, index: int, cat: Catalog | None = None, fake
             phrases.append(phrase)
             sessions.append(WorldSession(
                 event=render_event(phrase, first, gender) + ".", exposed_states={var: new}, query=query,
-                session_time=t, messages=session_messages(cat, query, phrase, cfg.rounds_update, rng)))
+                session_time=t, messages=session_messages(cat, query, phrase, cfg.rounds_update, rng, wording)))
         periods.append(Period(period_start=begin.isoformat(), period_end=end.isoformat(),
                               period_summary=_summary(first, gender, phrases), sessions=sessions,
                               state=dict(state), updates=updates, update_cnts=dict(counts)))
@@ -187,7 +206,7 @@ def generate_user(cfg: WorldConfig, index: int, cat: Catalog | None = None, fake
 
     return WorldUser(id=profile.uuid or str(index), start_time=cfg.start_time, user_profile=profile,
                      state_schema=schema, periods=periods, qas=qas,
-                     variable_info={v: _info(cat.variables[v], schema[v]) for v in variables})
+                     variable_info=infos)
 
 
 def generate_world(cfg: WorldConfig | None = None, seed: int | None = None, num_users: int | None = None) -> World:
