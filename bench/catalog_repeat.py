@@ -1,10 +1,10 @@
 """Can a writer score on MemoryGym-v0 by repeating the offline world's catalog? Fixed against varied wording.
 
-    python bench/catalog_repeat.py        # held-out users 8-11 of the ladder's CPU world -> bench/results/catalog_repeat.{json,md}
+    python bench/catalog_repeat.py        # held-out users 8-11, 12 sessions each -> bench/results/catalog_repeat.{json,md}
     python bench/catalog_repeat.py --users 8-9 --out /tmp/cr.json
 
 Scores four writers with MemoryGym-v0's tracks_change reward (configs/env/construction_cpu_change.yaml)
-on every session of the chosen users, once on the world with the catalog's fixed wording and once
+on sessions of the chosen users drawn from every period, once on the world with the catalog's fixed wording and once
 on the world of the same seed with ``wording: varied`` (same users, states, changes, sessions and
 questions; other titles and value texts, said in the dialogue):
 
@@ -195,11 +195,11 @@ def main(argv: list[str] | None = None) -> dict:
                    help="MemoryGym-v0 config (tracks_change setting) whose world is generated in both wordings")
     p.add_argument("--users", default="8-11", help="users scored, e.g. 8-11 (held-out users of the ladder's world)")
     p.add_argument("--out", default="bench/results/catalog_repeat.json", help="JSON result; the table goes beside it (.md)")
-    p.add_argument("--max-sessions-per-user", type=int, default=None,
-                   help="score this many sessions per user, spread over its periods; default all")
+    p.add_argument("--max-sessions-per-user", type=int, default=12,
+                   help="score this many sessions per user, spread over its periods (0: all)")
     args = p.parse_args(argv)
     t0 = time.perf_counter()
-    result = run(args.env_config, parse_users(args.users), args.max_sessions_per_user)
+    result = run(args.env_config, parse_users(args.users), args.max_sessions_per_user or None)
     result["seconds"] = round(time.perf_counter() - t0, 1)
     result["machine"] = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
                          "load_1min": round(os.getloadavg()[0], 2)}
