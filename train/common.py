@@ -120,12 +120,29 @@ def train_and_finish(trainer, save_policy_to: str | None, tokenizer):
     exits: a gloo worker that exits with its group alive can abort in C++ teardown ("terminate
     called without an active exception", SIGABRT) after a run that trained fine.
     """
+    check_memory(trainer)
     trainer.train(resume_from_checkpoint=trainer.args.resume_from_checkpoint)
     if save_policy_to and trainer.accelerator.is_main_process:
         print(save_policy(trainer.model, tokenizer, save_policy_to))
     trainer.accelerator.wait_for_everyone()
     trainer.accelerator.end_training()
     return trainer
+
+
+def check_memory(trainer) -> None:
+    """On a CUDA device, stop before the first step when the run's estimated peak memory exceeds the
+    device's (``membuilder.training.memory_estimate``); CPU runs, and MEMGYM_MEMORY_CHECK=off, skip it."""
+    import os
+
+    import torch
+
+    if os.environ.get("MEMGYM_MEMORY_CHECK", "on") == "off" or trainer.args.device.type != "cuda":
+        return
+    from membuilder.training.memory_estimate import require_fit, trainer_estimate
+
+    device = trainer.args.device
+    est = trainer_estimate(trainer, torch.cuda.get_device_properties(device).total_memory)
+    require_fit(est, f"{trainer.args.output_dir} on {torch.cuda.get_device_name(device)}")
 
 
 def parse_users(spec: str) -> list[int]:
