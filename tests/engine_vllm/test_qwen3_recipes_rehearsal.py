@@ -15,9 +15,10 @@ tmp folder, the SFT policy feeding ADRPO as the README chains them), and what a 
 * prompts of 1,024 tokens: the byte-level tokenizer makes a token of every byte, and the agents'
   instructions alone (never cut) are several hundred bytes; 256 would drop every SFT row.
 
-ZeRO-3 needs DeepSpeed, which is not installed here (and has no CPU path for this launcher), so the
+ZeRO-3 needs DeepSpeed, which is not installed here, so the
 README's ZeRO-3 SFT command runs with the single-GPU accelerate config, and ``zero3.yaml`` is checked
-as far as accelerate gets without DeepSpeed. ``fsdp.yaml`` (FSDP2) runs in two CPU processes over
+as far as accelerate gets without DeepSpeed. The whole module took 5 min 53 s on 2 shared cores
+(load average 7-9): SFT 92 s, ADRPO 150 s, FSDP 44 s. ``fsdp.yaml`` (FSDP2) runs in two CPU processes over
 gloo. Server mode cannot train on a CPU (TRL sends weights over NCCL): its start-up refusal, its
 config's answerer client against the real server, and ``trl vllm-serve``'s flags are checked.
 
@@ -57,7 +58,6 @@ SFT_SMALL = ["--max_steps", "2", "--max_length", "2048", "--max_prompt_tokens", 
 ADRPO_SMALL = ["--max_steps", "2", "--max_prompt_tokens", "1024", "--max_completion_length", "24", "--users", "10",
                "--max_sessions_per_user", "2", "--num_generations", "2", "--per_device_train_batch_size", "2",
                "--gradient_accumulation_steps", "4", "--vllm_max_model_length", "1536"]
-TIMES: dict[str, float] = {}
 
 
 # ---- the README's GPU commands -------------------------------------------------------------------
@@ -112,10 +112,8 @@ def launch(command: list[str], overrides: list[str], log: Path, timeout: int = 6
     _, argv = environment_and_argv(command)
     assert argv[:2] == ["accelerate", "launch"], argv
     cmd = [str(BIN / "python"), "-m", "accelerate.commands.launch", *argv[2:], *overrides]
-    started = time.perf_counter()
     with log.open("w") as out:
         rc = subprocess.run(cmd, cwd=ROOT, env=ENV, stdout=out, stderr=subprocess.STDOUT, timeout=timeout).returncode
-    TIMES[log.stem] = time.perf_counter() - started
     text = log.read_text(encoding="utf-8", errors="replace")
     assert rc == 0, f"{shlex.join(cmd)} exited {rc}:\n{text[-4000:]}"
     return text
@@ -143,8 +141,7 @@ def work(tmp_path_factory):
     # hidden 256 gives head_dim 32, a head size vLLM's CPU attention has kernels for
     tiny_qwen3(tok, layers=2).save_pretrained(tmp / "tiny")
     tok.save_pretrained(tmp / "tiny")
-    yield tmp
-    print("\nrehearsal wall times (s):", {k: round(v, 1) for k, v in TIMES.items()}, file=sys.__stderr__)
+    return tmp
 
 
 def _free_port() -> int:
@@ -323,9 +320,9 @@ def test_server_mode_configs_answerer_and_vllm_client_settings_against_a_real_se
         (result,) = scorer.score(key, [record["outputs"]])
     finally:
         os.chdir(cwd)
-    # the oracle's own outputs are valid memory writes; the random answerer's replies are what they are
-    assert all(result.agent_rewards[a] >= 0 for a in result.agent_rewards)
-    assert result.info.get("answers_cut", 0) >= 0
+    # the questions went to the served model: its answers stop at the server's 16-token limit (the config
+    # allows 48), which the scorer counts
+    assert result.info["answers_cut"] > 0, result.info
 
 
 def test_trl_vllm_serve_accepts_the_readme_flags():
