@@ -65,6 +65,7 @@ def main(argv=None) -> None:
     ap.add_argument("--micro-batch", type=int, help="4b: per_device_train_batch_size, cut down for a CPU check")
     ap.add_argument("--accumulation", type=int, help="4b: gradient_accumulation_steps, cut down for a CPU check")
     ap.add_argument("--steps", type=int, default=2, help="4b: optimizer steps of GRPO and of ADRPO each")
+    ap.add_argument("--runs", default="grpo,adrpo", help="4b: which end-to-end runs, comma-separated (grpo, adrpo)")
     ap.add_argument("--no-full-step", action="store_true", help="4b: skip the full-length loss step")
     ap.add_argument("--out", help="4b: where the JSON goes (default bench/results/gpu_check.json)")
     opt = ap.parse_args(argv)
@@ -73,8 +74,9 @@ def main(argv=None) -> None:
     if any(getattr(opt, k) is not None for k in ("layers", "hidden", "intermediate", "prompt_length",
                                                   "completion_length", "steps_prompt_length",
                                                   "steps_completion_length", "generations", "micro_batch",
-                                                  "accumulation", "out")) or opt.no_full_step or opt.steps != 2:
-        ap.error("the cut-downs, lengths, --steps, --no-full-step and --out belong to --size 4b")
+                                                  "accumulation", "out")) or opt.no_full_step or opt.steps != 2 \
+            or opt.runs != "grpo,adrpo":
+        ap.error("the cut-downs, lengths, --steps, --runs, --no-full-step and --out belong to --size 4b")
     small(opt)
 
 
@@ -338,8 +340,11 @@ def run_4b(opt) -> dict:
             _sync()
             self.seconds.append(time.perf_counter() - self._t)
 
+    runs = [r.strip() for r in opt.runs.split(",") if r.strip()]
+    if not runs or set(runs) - {"grpo", "adrpo"}:
+        raise SystemExit(f"--runs {opt.runs!r}: name grpo and/or adrpo")
     results: dict = {}
-    for name in ("grpo", "adrpo"):
+    for name in runs:
         _reset(gpu)
         # the stock sampler in order keeps a session's four agent rows in one batch, as the reward needs
         args = ADRPOConfig(output_dir=str(work / name), shuffle_dataset=name == "adrpo", **common)
@@ -418,7 +423,7 @@ def _table(report: dict) -> str:
              "| run | step | step s | generate s | score s | optimise s | generated tok/s | completion tokens |",
              "|---|---|---|---|---|---|---|---|"]
     for name in ("grpo", "adrpo"):
-        for i, s in enumerate(report[name]["steps"], 1):
+        for i, s in enumerate(report.get(name, {}).get("steps", []), 1):
             lines.append(f"| {name} | {i} | {s['step_s']} | {s['generate_s']} | {s['score_s']} | {s['optimise_s']} | "
                          f"{s['generated_tokens_per_s']} | {s['completion_tokens']} |")
     full = report.get("adrpo_full_length_step")
@@ -429,7 +434,7 @@ def _table(report: dict) -> str:
     est = report["memory_estimate_full_length_step"]["gib"]
     lines += ["", "| peak memory | GiB |", "|---|---|"]
     for name in ("grpo", "adrpo"):
-        if "max_allocated_gib" in report[name]:
+        if "max_allocated_gib" in report.get(name, {}):
             lines.append(f"| {name} steps: max allocated / reserved | {report[name]['max_allocated_gib']} / "
                          f"{report[name]['max_reserved_gib']} |")
     if full and "max_allocated_gib" in full:
