@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from membuilder.llm.registry import resolve_chat_path
 from membuilder.llm.transformers_backend import cpu_bf16_is_fast
 from membuilder.memory import EmbeddingCache
 from membuilder.training.checkpoints import save_policy
+from membuilder.training.memory_estimate import require_fit, trainer_estimate
 from membuilder.training.sft import lora_config
 from membuilder.training.trajectories import write_jsonl
 from memgym_env.benchmarks.runner import EvalConfig
@@ -132,14 +134,10 @@ def train_and_finish(trainer, save_policy_to: str | None, tokenizer):
 def check_memory(trainer) -> None:
     """On a CUDA device, stop before the first step when the run's estimated peak memory exceeds the
     device's (``membuilder.training.memory_estimate``); CPU runs, and MEMGYM_MEMORY_CHECK=off, skip it."""
-    import os
-
     import torch
 
     if os.environ.get("MEMGYM_MEMORY_CHECK", "on") == "off" or trainer.args.device.type != "cuda":
         return
-    from membuilder.training.memory_estimate import require_fit, trainer_estimate
-
     device = trainer.args.device
     est = trainer_estimate(trainer, torch.cuda.get_device_properties(device).total_memory)
     require_fit(est, f"{trainer.args.output_dir} on {torch.cuda.get_device_name(device)}")

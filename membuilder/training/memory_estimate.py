@@ -36,7 +36,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
+
+from membuilder.training.tiny import QWEN3_SIZES
 
 GIB = 1024 ** 3
 LOGIT_BYTES = 12          # ~3 fp32 copies of the logits at the loss's peak (see the module docstring)
@@ -259,11 +262,7 @@ GPU_RECIPES = [
 
 def recipe_estimates(root: str = ".") -> list[tuple[str, str, Estimate]]:
     """Each shipped GPU recipe's estimate on each device in ``DEVICES`` (Qwen3-4B's shape)."""
-    from pathlib import Path
-
     import yaml
-
-    from membuilder.training.tiny import QWEN3_SIZES
 
     shape = ModelShape.from_config(QWEN3_SIZES["4b"])
     out = []

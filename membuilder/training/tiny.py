@@ -11,6 +11,8 @@ the size of the published one, for memory and speed checks on machines with no h
 
 from __future__ import annotations
 
+from itertools import product
+
 SMOLLM2_CHATML = (
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
     "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}"
@@ -24,8 +26,6 @@ def byte_tokenizer(vocab_size: int | None = None):
     """Every byte one token. ``vocab_size`` pads the vocabulary with multi-byte filler tokens that
     encoding never produces (there are no merges) but that decode to bytes, so every id a model of
     that vocabulary samples decodes to text, as with a real tokenizer."""
-    from itertools import product
-
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
