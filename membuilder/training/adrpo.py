@@ -46,7 +46,7 @@ from membuilder.plumbing.json_files import atomic_write_text
 from membuilder.reward import CandidateScorer
 from membuilder.training.importance_ratio import RatioStats, importance_ratio
 from membuilder.training.merged_weights import install_exact_lora_sync
-from membuilder.training.shared_prefix import shared_prefix_logps, through_wrapper
+from membuilder.training.shared_prefix import checkpointing, shared_prefix_logps, through_wrapper
 from membuilder.training.trl_reward import TIE_TOLERANCE, SessionReward
 from membuilder.training.vllm_cpu_sync import install_cpu_weight_sync
 
@@ -89,7 +89,8 @@ class ADRPOConfig(GRPOConfig):
         "help": "Longest prompt; longer ones lose memory-view entries first, never instructions."})
     share_prompt: bool = field(default=True, metadata={
         "help": "Run each distinct prompt once in the loss and put its G completions on its cache "
-                "(membuilder.training.shared_prefix). Micro-batches keep the sampler's order, so "
+                "(membuilder.training.shared_prefix); not under gradient checkpointing, whose layers drop the cache, "
+                "where TRL's own pass runs. Micro-batches keep the sampler's order, so "
                 "per_device_train_batch_size = G with gradient_accumulation_steps = 4 holds one agent prompt each "
                 "(the least memory); 4 x G with 1 holds a whole session."})
     # TRL leaves dropout on. In RL it is noise twice over: the importance ratios compare log-probs of two
@@ -427,7 +428,8 @@ class ADRPOTrainer(GRPOTrainer):
 
     def _logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy,
                              compute_aux_loss, **multimodal):
-        if not self.args.share_prompt or compute_aux_loss or any(v is not None for v in multimodal.values()):
+        if (not self.args.share_prompt or compute_aux_loss or any(v is not None for v in multimodal.values())
+                or checkpointing(model)):
             return super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
                 **multimodal)

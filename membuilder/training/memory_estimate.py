@@ -131,7 +131,9 @@ class RunShape:
                    else int(fields.get("max_length", 1024)),
                    generations=int(fields.get("num_generations", 1)),
                    beta=float(fields.get("beta", 0.0)) if rl else 0.0,
-                   share_prompt=bool(fields.get("share_prompt", True)) if rl else False,
+                   # checkpointed layers drop the prompt's cache, so ADRPO runs TRL's own pass then
+                   share_prompt=(bool(fields.get("share_prompt", True)) and not fields.get("gradient_checkpointing"))
+                   if rl else False,
                    gradient_checkpointing=bool(fields.get("gradient_checkpointing", False)),
                    precision=precision, processes=processes,
                    vllm_share=float(fields.get("vllm_gpu_memory_utilization", 0.3)) if colocated else 0.0)

@@ -34,6 +34,21 @@ def _parts(model):
     return getattr(inner, inner.base_model_prefix), inner.get_output_embeddings()
 
 
+def checkpointing(model) -> bool:
+    """Whether ``model`` (under PEFT and accelerate wrappers alike) trains with activation checkpointing.
+
+    Checkpointed decoder layers drop any key/value cache in training (transformers sets it to None
+    and warns), so the completions would run without their prompt: the shared-prefix pass must not
+    be used then. On a 2-layer model its log-probs were off by up to 0.24."""
+    inner = getattr(model, "module", model)
+    inner = inner.get_base_model() if hasattr(inner, "get_base_model") else inner
+    inner = getattr(inner, "module", inner)
+    flag = getattr(type(inner), "is_activation_checkpointing", None)
+    if flag is not None:
+        return bool(inner.is_activation_checkpointing)
+    return bool(getattr(inner, "is_gradient_checkpointing", False))
+
+
 def through_wrapper(model, compute):
     """``compute()`` run as the forward of ``model``'s wrapped module when ``model`` is a
     DistributedDataParallel wrapper, else plainly.

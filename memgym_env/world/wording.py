@@ -25,7 +25,7 @@ from pathlib import Path
 
 import yaml
 
-from memgym_env.world.catalog import Catalog, CatalogError, VariableSpec
+from memgym_env.world.catalog import Catalog, CatalogError, VariableSpec, load_catalog
 from memgym_env.world.types import VariableInfo
 
 WORDING_PATH = Path(__file__).with_name("wording.yaml")
@@ -107,8 +107,6 @@ def wording_issues(words: WordingCatalog, cat: Catalog) -> list[str]:
 @functools.lru_cache(maxsize=2)
 def load_wording(path: str | None = None) -> WordingCatalog:
     """Read ``wording.yaml`` and check it against the catalog; raise on any fault."""
-    from memgym_env.world.catalog import load_catalog
-
     path = Path(path) if path else WORDING_PATH
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}

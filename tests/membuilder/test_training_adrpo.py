@@ -444,3 +444,25 @@ def test_redraw_keeps_the_draw_with_the_fewest_tied_groups(tokenizer, tmp_path):
         assert n == 3 or draws[-1] == 0
     with pytest.raises(ValueError, match="redraw_tied"):
         _args(tmp_path, redraw_tied=-1)
+
+
+def test_under_gradient_checkpointing_the_loss_runs_trls_pass_and_its_logps_hold(tokenizer, tmp_path):
+    """Checkpointed layers drop the prompt's key/value cache in training, which would leave the
+    shared-prefix pass scoring completions without their prompt: ADRPO must fall back then."""
+    from membuilder.training.adrpo import GRPOTrainer
+    from membuilder.training.shared_prefix import checkpointing, shared_prefix_logps
+
+    trainer = _trainer(tokenizer, tmp_path, max_steps=1)
+    trainer.model.train()
+    batch = trainer._generate_and_score_completions(next(iter(trainer.get_train_dataloader())))
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+    keep = batch["completion_ids"].size(1)
+    plain, _ = shared_prefix_logps(trainer.model, ids, mask, keep, trainer.temperature)
+    assert not checkpointing(trainer.model)
+    trainer.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    assert checkpointing(trainer.model)
+    ours, _, _ = trainer._logps_and_entropies(trainer.model, ids, mask, keep, None, False, False)
+    trl, _, _ = GRPOTrainer._get_per_token_logps_and_entropies(trainer, trainer.model, ids, mask, keep)
+    real = batch["completion_mask"].bool()
+    assert torch.allclose(ours[real], trl[real]) and torch.allclose(ours[real], plain[real], atol=1e-4)
