@@ -127,8 +127,19 @@ def train_and_finish(trainer, save_policy_to: str | None, tokenizer):
     if save_policy_to and trainer.accelerator.is_main_process:
         print(save_policy(trainer.model, tokenizer, save_policy_to))
     trainer.accelerator.wait_for_everyone()
+    close_colocated_engine(trainer)
     trainer.accelerator.end_training()
     return trainer
+
+
+def close_colocated_engine(trainer) -> None:
+    """Stop a colocated vLLM engine while the process group it was built in still exists: left to
+    the interpreter's exit, its shutdown runs after ``end_training`` has torn the group down and
+    prints a ValueError traceback ("Invalid process group specified") after a run that trained fine."""
+    llm = getattr(getattr(trainer, "vllm_generation", None), "llm", None)
+    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    if core is not None and hasattr(core, "shutdown"):
+        core.shutdown()
 
 
 def check_memory(trainer) -> None:
