@@ -20,10 +20,13 @@ class _Booked:
 
     def __init__(self, model: Any, purpose: str):
         self._model, self._purpose = model, purpose
-        self._stoppable = "should_stop" in inspect.signature(model.generate).parameters
+        accepts = inspect.signature(model.generate).parameters
+        self._stoppable, self._sized = "should_stop" in accepts, "context_length" in accepts
 
-    def generate(self, conversations, sampling=None, *, purpose=None, should_stop=None):
+    def generate(self, conversations, sampling=None, *, purpose=None, should_stop=None, context_length=None):
         kwargs = {"should_stop": should_stop} if should_stop is not None and self._stoppable else {}
+        if context_length is not None and self._sized:  # the server's context, which it has checked
+            kwargs["context_length"] = context_length
         return self._model.generate(conversations, sampling, purpose=self._purpose, **kwargs)
 
     def __getattr__(self, name: str):

@@ -39,14 +39,18 @@ class GenerationBatcher:
     client left before its batch started is dropped; a running batch is stopped when every job
     in it is gone (for models whose ``generate`` takes ``should_stop``). Scorings in progress take
     turns, one chunk each, whenever no chat request is waiting or after each batch; a scoring whose
-    client left is dropped before its next chunk."""
+    client left is dropped before its next chunk. ``context_length`` (the server's, which it has
+    already checked every prompt against) replaces the model's own for models whose ``generate``
+    takes it, so a server given a longer context than the model's config is not cut back to it."""
 
-    def __init__(self, model: Any, max_batch: int = 16, window_s: float = 0.01):
+    def __init__(self, model: Any, max_batch: int = 16, window_s: float = 0.01, context_length: int | None = None):
         self.model, self.max_batch, self.window_s = model, max_batch, window_s
         try:
-            self._can_stop = "should_stop" in inspect.signature(model.generate).parameters
+            accepts = inspect.signature(model.generate).parameters
         except (TypeError, ValueError):
-            self._can_stop = False
+            accepts = {}
+        self._can_stop = "should_stop" in accepts
+        self._context = {"context_length": context_length} if context_length and "context_length" in accepts else {}
         self._queue: queue.Queue = queue.Queue()
         self.scorings_dropped = 0  # scorings stopped because their client left (for /health and tests)
         self._thread = threading.Thread(target=self._loop, name="memgym-serve-batcher", daemon=True)
@@ -135,6 +139,7 @@ class GenerationBatcher:
             return
         sampling = batch[0].sampling
         kwargs = {"should_stop": lambda: all(job.gone.is_set() for job in batch)} if self._can_stop else {}
+        kwargs.update(self._context)
         try:
             completions = self.model.generate([job.conversation for job in batch], sampling, purpose="serve", **kwargs)
         except Exception as exc:  # the error belongs to the callers, the batcher keeps serving

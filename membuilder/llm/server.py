@@ -198,7 +198,7 @@ class ModelServer:
         self.http = HttpServer(self._app(), host, port, self.api_key, name="memgym serve", settings=settings,
                                open_paths=OPEN_PATHS, error=_error)
         self.sock = self.http.sock
-        self.batcher = GenerationBatcher(chat_model, max_batch=max_batch)
+        self.batcher = GenerationBatcher(chat_model, max_batch=max_batch, context_length=self.context_length)
         self._embed_lock = threading.Lock()  # one encode at a time: torch threads already use the cores
 
     @property

@@ -223,8 +223,12 @@ class TransformersChatModel:
 
     # ---- generation ----------------------------------------------------------------------
     def generate(self, conversations: list[ChatMessages], sampling: Sampling | None = None, *,
-                 purpose: str | None = None, should_stop: Callable[[], bool] | None = None) -> list[Completion]:
+                 purpose: str | None = None, should_stop: Callable[[], bool] | None = None,
+                 context_length: int | None = None) -> list[Completion]:
         """One completion per conversation and sample (conversation-major order).
+
+        A prompt longer than the context (``context_length``, else the model's) less the completion is
+        cut (``membuilder.llm.context_fit``) and counted in ``usage.prompts_cut``.
 
         ``should_stop`` is polled after every generated token: once it returns True, decoding ends
         at once and the texts so far are returned (``memgym serve`` stops when its clients leave).
@@ -233,7 +237,7 @@ class TransformersChatModel:
         sampling = check_sampling(sampling, f"{self.name}.generate")
         started = time.perf_counter()
         _, prompts, cut = fit_rendered(conversations, self.render,
-                                       prompt_budget(self.context_length, sampling.max_new_tokens))
+                                       prompt_budget(context_length or self.context_length, sampling.max_new_tokens))
         results: list[list[Completion]] = [[] for _ in prompts]
         # Sort by length so each micro-batch pads little; results go back in caller order.
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
