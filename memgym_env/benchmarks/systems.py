@@ -262,21 +262,26 @@ class MemBuilder:
         state_path, bank_path = folder / "progress.json", folder / "bank"
         digest = conversation_digest(conv)
         state = json.loads(state_path.read_text()) if state_path.exists() else {}
+        cut = 0  # constructor prompts cut to the model's context, over every invocation that built this conversation
         if state.get("digest") == digest and bank_path.exists():
             bank = MemoryBank.load(bank_path, self.embedder, compressor=self.compressor)
-            done = int(state.get("sessions_done", 0))
+            done, cut = int(state.get("sessions_done", 0)), int(state.get("prompts_cut", 0))
         else:
             bank, done = MemoryBank(self.embedder, compressor=self.compressor), 0
         reused = done
+        policy = getattr(self.build_session, "policy", None)
         for s in conv.sessions[done:]:
+            before = getattr(policy, "prompts_cut", 0)
             self.build_session(bank, s, conv)
+            cut += getattr(policy, "prompts_cut", 0) - before
             done += 1
             bank.save(bank_path)
-            atomic_write_text(state_path, json.dumps({"digest": digest, "sessions_done": done}))
+            atomic_write_text(state_path, json.dumps({"digest": digest, "sessions_done": done, "prompts_cut": cut}))
             if self.progress:
                 self.progress(f"{conv.id}: session {done}/{len(conv.sessions)}")
         self._banks[conv.id] = bank
-        return {"sessions_reused": reused, "sessions_built": done - reused, **bank.counts()}
+        return {"sessions_reused": reused, "sessions_built": done - reused, "constructor_prompts_cut": cut,
+                **bank.counts()}
 
     def contexts(self, conv: Conversation, items: list[QAItem]) -> list[Context]:
         bank = self._banks[conv.id]
