@@ -137,7 +137,7 @@ def test_an_overlong_prompt_is_cut_to_the_engine_context_not_refused(model):
 def test_the_constructor_fits_a_long_session_by_its_memory_view(model):
     from membuilder.agents.constructor import MemBuilderPolicy
 
-    policy = MemBuilderPolicy(model, Sampling(temperature=0.0, max_new_tokens=64))
+    policy = MemBuilderPolicy(model, Sampling(temperature=0.0, max_new_tokens=16))
     entries = tuple(f"Entry {i}: the user mentioned a hobby of theirs, number {i}, at some length." for i in range(200))
     obs = {"session": "user: I started pottery classes.", "session_time": "2024-01-01", "core": "",
            "core_usage": 0.0, "semantic": entries, "episodic": entries, "procedural": entries}
