@@ -8,7 +8,10 @@
   ``separated(a, b)``: whether interval ``b`` lies wholly above ``a``;
 - ``grouped_bootstrap_ci(groups, ...)``: percentile bootstrap of a mean over groups of each
   group's rescaled mean, every group resampled on its own, with numpy (the interactive memory score);
-- ``wilson(k, n)``: the Wilson interval of a share.
+- ``wilson(k, n)``: the Wilson interval of a share;
+- ``pooled_mean(by_seed)`` and ``pooled_paired_difference(a_by_seed, b_by_seed)``: a mean, and a
+  paired difference, over (seed, session) cells, each bootstrap replicate resampling seeds and
+  sessions both, so the interval holds the spread between seeds as well as between sessions.
 
 Every bootstrap is deterministic for its seed (0 by default), so a report rerun gives the same
 intervals.
@@ -88,3 +91,80 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float] | None:
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return float(max(0.0, centre - half)), float(min(1.0, centre + half))
+
+
+SeedSessions = Mapping[Hashable, Mapping[Hashable, float | None]]  # seed -> {session: value}
+
+
+def _sorted(keys) -> list:
+    """Keys in their natural order (seeds 2 before 10), by their text where they do not compare."""
+    try:
+        return sorted(keys)
+    except TypeError:
+        return sorted(keys, key=str)
+
+
+def _common_sessions(*by_seed: SeedSessions) -> list:
+    """The sessions every seed of every side holds a value for, sorted (their order fixes the draws)."""
+    sides = [values for side in by_seed for values in side.values()]
+    keys = set.intersection(*({k for k, v in values.items() if v is not None} for values in sides)) if sides else set()
+    return _sorted(keys)
+
+
+def _two_level_ci(cells: np.ndarray, resamples: int, seed: int, level: float = 0.95) -> list[float]:
+    """Percentile interval of the mean of ``cells`` (seeds x sessions) when each replicate draws seeds and
+    sessions with replacement, independently: the replicate's mean over the drawn cells is ``w @ cells @ v``
+    with ``w`` and ``v`` the seeds' and sessions' draw counts, as shares."""
+    rng = np.random.default_rng(seed)
+    n_seeds, n_sessions = cells.shape
+    w = rng.multinomial(n_seeds, np.full(n_seeds, 1.0 / n_seeds), size=resamples) / n_seeds
+    v = rng.multinomial(n_sessions, np.full(n_sessions, 1.0 / n_sessions), size=resamples) / n_sessions
+    means = np.einsum("rs,sk,rk->r", w, cells, v)
+    tail = (1.0 - level) / 2.0
+    lo, hi = np.quantile(means, [tail, 1.0 - tail])
+    return [round(float(lo), 4), round(float(hi), 4)]
+
+
+def _pooled(cells: np.ndarray, seeds: list, sessions: list, resamples: int, seed: int) -> dict[str, Any]:
+    return {"mean": round(float(cells.mean()), 4), "ci": _two_level_ci(cells, resamples, seed),
+            "n_seeds": len(seeds), "n_sessions": len(sessions), "seeds": seeds}
+
+
+def pooled_mean(by_seed: SeedSessions, resamples: int = 2000, seed: int = 0) -> dict[str, Any] | None:
+    """``{"mean", "ci", "n_seeds", "n_sessions", "seeds"}`` of the values of ``by_seed`` (seed -> {session:
+    value}) over the sessions every seed holds, the interval resampling seeds and sessions (one seed: a
+    session bootstrap). None without a seed or a common session."""
+    sessions = _common_sessions(by_seed)
+    if not sessions:
+        return None
+    seeds = _sorted(by_seed)
+    cells = np.array([[float(by_seed[s][k]) for k in sessions] for s in seeds])
+    return _pooled(cells, seeds, sessions, resamples, seed)
+
+
+def pair_seeds(a_by_seed: SeedSessions, b_by_seed: SeedSessions) -> list[tuple[Hashable, Hashable]]:
+    """(seed of a, seed of b) pairs: a side run once (SFT) stands beside every seed of the other; with several
+    seeds on both sides, the seeds both have."""
+    if len(a_by_seed) == 1:
+        (only,) = a_by_seed
+        return [(only, s) for s in _sorted(b_by_seed)]
+    if len(b_by_seed) == 1:
+        (only,) = b_by_seed
+        return [(s, only) for s in _sorted(a_by_seed)]
+    return [(s, s) for s in _sorted(a_by_seed.keys() & b_by_seed.keys())]
+
+
+def pooled_paired_difference(a_by_seed: SeedSessions, b_by_seed: SeedSessions, resamples: int = 2000,
+                             seed: int = 0) -> dict[str, Any] | None:
+    """``{"mean", "ci", "n_seeds", "n_sessions", "seeds"}`` of ``b - a`` over (seed, session) cells, paired by
+    seed (``pair_seeds``) and by session (those common to all), the interval resampling seeds and sessions;
+    ``seeds`` names the paired seeds by the side that has several (else by ``b``'s). None when nothing pairs."""
+    pairs = pair_seeds(a_by_seed, b_by_seed)
+    if not pairs:
+        return None
+    sessions = _common_sessions({s: a_by_seed[s] for s, _ in pairs}, {s: b_by_seed[s] for _, s in pairs})
+    if not sessions:
+        return None
+    cells = np.array([[float(b_by_seed[sb][k]) - float(a_by_seed[sa][k]) for k in sessions] for sa, sb in pairs])
+    seeds = [sa if len(b_by_seed) == 1 and len(a_by_seed) > 1 else sb for sa, sb in pairs]
+    return _pooled(cells, seeds, sessions, resamples, seed)

@@ -14,9 +14,10 @@ from membuilder.memory.ops import AGENTS
 from membuilder.plumbing import stats
 from membuilder.plumbing.json_files import atomic_write_text, write_json
 from membuilder.plumbing.stats import against_zero, bootstrap_ci, separated
+from train.ladder import pooled
 from train.ladder.policy_actions import EDIT_NAMES, held_out_line, plot_actions, rollout_line
-from train.ladder.rl_signal import paired_line, signal_line
-from train.ladder.settings import OUTPUT_OPTIONS, STAGES
+from train.ladder.rl_signal import ATTRIBUTION_TYPES, paired_line, signal_line
+from train.ladder.settings import OUTPUT_OPTIONS, RL_STAGES, STAGES
 
 
 def _ci(ci) -> str:
@@ -65,7 +66,7 @@ def verdicts(rows: list[dict[str, Any]]) -> list[str]:
                 word = _order(a_ci, g_ci)
                 out.append(f"{_name(r)} seed {seed} {word} {_name(g)} by their intervals: {r['reward_evidence']:.3f} "
                            f"{_ci(a_ci)} vs {g['reward_evidence']:.3f} {_ci(g_ci)}{_paired_note(g, r)}")
-        if stage == "grpo" and sft:
+        if stage in ("grpo", "adrpo_retrieval") and sft:
             out.append(f"{_name(r)} seed {seed} against SFT: {r['reward_evidence']:.3f} {_ci(r['reward_evidence_ci'])}"
                        f"{_paired_note(sft, r)}")
     return out + seed_mean_verdicts(rows, sft)
@@ -147,11 +148,11 @@ def plot(rows: list[dict[str, Any]], path: Path, model: str = "") -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [f"{r['stage']}\nseed {r['seed']}" if r["stage"] in ("grpo", "adrpo") else r["stage"] for r in rows]
+    labels = [f"{r['stage']}\nseed {r['seed']}" if r["stage"] in RL_STAGES else r["stage"] for r in rows]
     sft = next((r for r in rows if r["stage"] == "sft"), None)
-    rl = [(r, paired_difference(sft, r)) for r in rows if sft and r["stage"] in ("grpo", "adrpo")]
+    rl = [(r, paired_difference(sft, r)) for r in rows if sft and r["stage"] in RL_STAGES]
     # each RL stage's seeds averaged per session, once two or more have finished
-    rl += [(m, paired_difference(sft, m)) for m in (seed_mean(rows, "adrpo"), seed_mean(rows, "grpo")) if sft and m]
+    rl += [(m, paired_difference(sft, m)) for m in (seed_mean(rows, s) for s in RL_STAGES) if sft and m]
     rl = [(r, d) for r, d in rl if d]
     fig, axes = plt.subplots(1, 4 if rl else 3, figsize=(19 if rl else 15, 4),
                              gridspec_kw={"width_ratios": [1.6, 1, 1, 1] if rl else [1.6, 1, 1]})
@@ -305,6 +306,142 @@ def action_lines(runs: list[dict[str, Any]], plot_name: str) -> list[str]:
             *[f"- {line}" for line in held + train]]
 
 
+def _md(header: list[str], body: list[list[str]]) -> str:
+    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+                      *("| " + " | ".join(cells) + " |" for cells in body)])
+
+
+def _count(v) -> str:
+    return "-" if v is None else str(int(v))
+
+
+def _min(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds / 60:.1f}"
+
+
+def _changed(r: dict[str, Any]) -> int:
+    """How many held-out sessions changed a state variable a question of theirs needs."""
+    if r.get("session_changed"):
+        return sum(bool(v) for v in r["session_changed"].values())
+    return max((a.get("outputs", 0) for a in r["held_out_actions_changed"].values()), default=0)
+
+
+def edit_table(rows: list[dict[str, Any]]) -> str:
+    """Per row, each agent's share of held-out outputs that edit memory, on the sessions whose answers changed
+    (where keeping memory current takes an edit)."""
+    body = [[r["stage"], str(r["seed"]), str(_changed(r)),
+             *(_num((r["held_out_actions_changed"].get(a) or {}).get("shares", {}).get("edit"), ".2f") for a in AGENTS)]
+            for r in rows if r.get("held_out_actions_changed")]
+    return _md(["stage", "seed", "changed", *AGENTS], body) if body else ""
+
+
+def validity_table(rows: list[dict[str, Any]]) -> str:
+    """Per row, each agent's share of valid held-out outputs."""
+    body = [[r["stage"], str(r["seed"]), *(_num((r.get("valid_rate") or {}).get(a), ".2f") for a in AGENTS)]
+            for r in rows]
+    return _md(["stage", "seed", *AGENTS], body) if body else ""
+
+
+def _grounded(g: dict[str, Any] | None, interval: bool = False) -> str:
+    if not g or not g.get("entries"):
+        return "-"
+    text = f"{g['grounded'] / g['entries']:.2f}"
+    return text + (" [{:.2f}, {:.2f}]".format(*stats.wilson(g["grounded"], g["entries"])) if interval else "")
+
+
+def grounding_table(rows: list[dict[str, Any]]) -> str:
+    """Per row, the share of written entries grounded in what the writer saw: all memories with a Wilson
+    interval, then each memory."""
+    body = [[r["stage"], str(r["seed"]), str((r["grounding"].get("all") or {}).get("entries", 0)),
+             _grounded(r["grounding"].get("all"), True), *(_grounded(r["grounding"].get(a)) for a in AGENTS)]
+            for r in rows if r.get("grounding")]
+    return _md(["stage", "seed", "n", "all [95% CI]", *AGENTS], body) if body else ""
+
+
+def memory_table(rows: list[dict[str, Any]]) -> str:
+    """Per row, the interactive evaluation: accuracy with its interval, its upper bound and chance, the questions,
+    and the memory score with the cells it rests on and those left out for low headroom."""
+    def cells(r):
+        left = r.get("memory_score_cells_low_headroom")
+        return _count(r.get('memory_score_cells')) + ("" if left is None else f" ({left})")
+
+    def accuracy(r):
+        ci = r.get("memory_accuracy_ci")
+        return _num(r.get("memory_accuracy"), ".2f") + (" [{:.2f}, {:.2f}]".format(*ci) if ci else "")
+
+    body = [[r["stage"], str(r["seed"]), accuracy(r), _num(r.get("memory_upper_bound"), ".2f"),
+             _num(r.get("memory_random"), ".2f"), _count(r.get("memory_questions")), _num(r.get("memory_score")),
+             cells(r)] for r in rows if r.get("memory_accuracy") is not None or r.get("memory_score") is not None]
+    return _md(["stage", "seed", "accuracy [95% CI]", "bound", "random", "qs", "score", "cells (low)"], body) \
+        if body else ""
+
+
+def time_table(rows: list[dict[str, Any]]) -> str:
+    """Per row, minutes of training split into rollout generation, scoring and optimisation (the rest), and
+    minutes of evaluation (held-out sessions and the memory score)."""
+    body = []
+    for r in rows:
+        train, split = r.get("train_seconds"), r.get("time_split")
+        evals = [r[k] for k in ("eval_seconds", "memory_score_seconds") if r.get(k) is not None]
+        if train is None and not evals:
+            continue
+        gen, score = (split["generation_s"], split["scoring_s"]) if split else (None, None)
+        rl = r["stage"] in RL_STAGES
+        optimise = (train - gen - score if split else None) if rl else train
+        body.append([r["stage"], str(r["seed"]), _min(train), _min(gen), _min(score),
+                     _min(None if train is None else optimise), _min(sum(evals) if evals else None)])
+    return _md(["stage", "seed", "train", "generation", "scoring", "optimisation", "evaluation"], body) if body else ""
+
+
+def dominant_table(rows: list[dict[str, Any]]) -> str:
+    """Per RL row and attribution rule, how often each memory type was the dominant one over the run's steps."""
+    body = [[r["stage"], str(r["seed"]), rule, *(f"{shares.get(t, 0.0):.0%}" for t in ATTRIBUTION_TYPES)]
+            for r in rows for rule, shares in sorted(((r.get("train_signal") or {}).get("dominant_by_rule")
+                                                      or {}).items())]
+    return _md(["stage", "seed", "rule", *ATTRIBUTION_TYPES], body) if body else ""
+
+
+STAGE_TABLES = (
+    (validity_table, "Valid outputs per agent, held-out:"),
+    (edit_table, f"Share of held-out outputs that edit memory ({EDIT_NAMES}) on the sessions where a state "
+                 "variable a question needs changed (`changed`: how many):"),
+    (grounding_table, "Written entries grounded in the session or the memory shown: grounded rate over `n` "
+                      "entries, `all` with a 95% Wilson interval, then per memory:"),
+    (memory_table, "Interactive memory evaluation: accuracy [95% Wilson], its upper bound (`bound`), chance "
+                   "(`random`), questions (`qs`); the memory score and its cells, with those left out for "
+                   "low headroom in brackets:"),
+    (time_table, "Where the time went (min): training split into rollout generation, scoring and the rest "
+                 "(optimisation), and evaluation (held-out sessions and memory score):"),
+    (dominant_table, "Dominant memory type per step under each attribution rule (logged whichever rule sets "
+                     "ADRPO's weights), share of rollouts averaged over steps:"),
+)
+
+
+def stage_tables(rows: list[dict[str, Any]]) -> list[str]:
+    """The report's per-stage tables, each under its caption; a table with no row to show is left out."""
+    out = []
+    for make, caption in STAGE_TABLES:
+        text = make(rows)
+        if text:
+            out += ["", caption, "", text]
+    return out
+
+
+def pooled_lines(summary: dict[str, Any]) -> list[str]:
+    """The section of each stage pooled over its seeds and the pooled differences (``train.ladder.pooled``)."""
+    if not summary["stages"]:
+        return []
+    return ["", "Each stage pooled over its seeds (95% intervals from bootstraps that draw seeds and sessions; "
+                "gain: the reward minus writing nothing, session by session):", "", pooled.stage_table(summary),
+            "", *[f"- {line}" for line in pooled.difference_lines(summary)]]
+
+
+def _mode_note(rows: list[dict[str, Any]]) -> str:
+    """The held-out reward's answer mode, where rows name it (the columns keep the name "evidence")."""
+    modes = sorted({r["reward_mode"] for r in rows if r.get("reward_mode")})
+    return f" The held-out reward answers in {', '.join(modes)} mode (its columns keep the name evidence)." if modes else ""
+
+
 def _pick(a) -> str:
     n = a.eval_sessions_per_user
     return (f"{n} of each user spread over every period" if a.eval_session_pick == "every_period"
@@ -359,14 +496,16 @@ def write_results(a, rows: list[dict[str, Any]], seconds: float, argv: list[str]
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / "ladder.json", "md": out / "ladder.md", "png": out / "ladder.png",
              "curves": out / "ladder_curves.png", "actions": out / "ladder_actions.png",
-             "progress": out / "ladder_progress.json"}
+             "progress": out / "ladder_progress.json", "summary": out / "ladder_summary.json"}
     atomic_write_text(paths["json"], json.dumps(rows, indent=1) + "\n")
+    summary = pooled.summary(rows)  # beside ladder.json, which stays a list of rows for its readers
+    write_json(paths["summary"], summary)
     if progress:
         write_json(paths["progress"], list(progress))
     else:
         paths["progress"].unlink(missing_ok=True)  # every run finished: nothing is in progress
     cmd = recipe_command(argv)
-    compute = sum(timings.values()) + sum((r.get("eval_seconds") or 0) for r in rows)
+    compute = sum(timings.values()) + sum((r.get(k) or 0) for r in rows for k in ("eval_seconds", "memory_score_seconds"))
     md = [f"# Training ladder ({a.model_name_or_path}, CPU)", "",
           f"Command: `{cmd}` (what `make ladder` runs). Training and evaluation time summed over the stages so "
           f"far: {compute / 60:.1f} min on {os.cpu_count()} CPU cores, {platform.platform()}; torch "
@@ -374,11 +513,13 @@ def write_results(a, rows: list[dict[str, Any]], seconds: float, argv: list[str]
           f"Held-out: {rows[0]['held_out_sessions'] if rows else 0} sessions of users {a.held_out_users} of the world "
           f"({_pick(a)}; training users {a.train_users}); greedy decoding on {a.eval_engine} (RL rollouts on {a.rl_engine}"
           f"{_vllm_version()}{_kv_cache(a)}); intervals are 95% percentile bootstraps over sessions "
-          "(evidence reward) and over (user, period) cells (memory score).", "",
+          "(evidence reward) and over (user, period) cells (memory score)." + _mode_note(rows), "",
           *([learnable_note(rows), ""] if learnable_note(rows) else []),
           *([oracle_note(oracle), ""] if oracle else []),
           table(rows), "", "Goals, read off the intervals:", ""]
-    md += [f"- {v}" for v in verdicts(rows)]
+    # the issue's goals on the seeds pooled come first: they are what the README quotes
+    md += [f"- {v}" for v in (*pooled.goal_lines(summary), *verdicts(rows))]
+    md += pooled_lines(summary) + stage_tables(rows)
     signals = [(r["stage"], r["seed"], r["train_signal"]) for r in [*rows, *progress] if r.get("train_signal")]
     if signals:
         md += ["", "Learning signal, from each RL run's rollout log (intervals: 95% bootstraps over steps; "

@@ -62,6 +62,53 @@ def dominant_shares(folder: Path, until: int | None = None) -> dict[str, float] 
     return {n: round(sum(float(e.get(f"adrpo/dominant_{n}", 0.0)) for e in steps) / len(steps), 4) for n in names}
 
 
+ATTRIBUTION_TYPES = (*AGENTS, "none")  # what ``attribution/<rule>/dominant_<type>`` names
+
+
+def _logged_steps(folder: Path, until: int | None = None) -> list[dict[str, Any]]:
+    """The run's log entries merged per step, up to update ``until``: the trainer logs a step's training metrics,
+    its evaluation and its closing summary as separate entries of one step, so none may hide another."""
+    by_step: dict[int, dict[str, Any]] = defaultdict(dict)
+    for e in _log_history(folder):
+        if "step" in e and (until is None or int(e["step"]) <= until):
+            by_step[int(e["step"])].update(e)
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def dominant_by_rule(folder: Path, until: int | None = None) -> dict[str, dict[str, float]] | None:
+    """Per attribution rule (``evidence``, ``retrieval``), how often each memory type (or none) held most of the
+    attributed entries, averaged over the logged steps: the trainer logs both rules whichever one sets ADRPO's
+    weights, so a run under one rule shows where the other would have put alpha. None when it logged neither."""
+    entries = _logged_steps(Path(folder), until)
+    rules = sorted({k.split("/")[1] for e in entries for k in e if k.startswith("attribution/") and "/dominant_" in k})
+    out = {}
+    for rule in rules:
+        steps = [e for e in entries if f"attribution/{rule}/dominant_none" in e]
+        if steps:
+            out[rule] = {t: round(sum(float(e.get(f"attribution/{rule}/dominant_{t}", 0.0)) for e in steps)
+                                  / len(steps), 4) for t in ATTRIBUTION_TYPES}
+    return out or None
+
+
+def time_split(folder: Path, until: int | None = None) -> dict[str, Any] | None:
+    """Seconds an RL run spent generating rollouts and scoring them, from its logged ``time/generate`` and
+    ``time/score`` (each entry's value is the mean per step since the entry before, so it counts once per step
+    it covers): ``{"generation_s", "scoring_s", "steps"}``; None when the run logged no timing."""
+    generation = scoring = 0.0
+    steps, previous = 0, 0
+    for e in _logged_steps(Path(folder), until):
+        if "time/generate" not in e:
+            continue
+        covered = max(1, int(e["step"]) - previous)
+        previous = int(e["step"])
+        generation += float(e["time/generate"]) * covered
+        scoring += float(e.get("time/score", 0.0)) * covered
+        steps += covered
+    if not steps:
+        return None
+    return {"generation_s": round(generation, 1), "scoring_s": round(scoring, 1), "steps": steps}
+
+
 def _window(values_by_step: dict[int, list[float]], steps: list[int]) -> dict[str, Any]:
     """Mean over ``steps`` of each step's mean reward, with a bootstrap interval that resamples steps."""
     means = [sum(values_by_step[s]) / len(values_by_step[s]) for s in steps if values_by_step.get(s)]
@@ -98,6 +145,7 @@ def rl_signal(folder: Path, window: int | None = None, until: int | None = None)
     per_agent_alike = {a: [same for (_, _, agent), same in alike.items() if agent == a] for a in AGENTS}
     return {
         "steps": len(steps), "window": window, "dominant": dominant_shares(Path(folder), until),
+        "dominant_by_rule": dominant_by_rule(Path(folder), until),
         "first": _window(by_step, first), "last": _window(by_step, last),
         "per_agent": {a: {"first": _window(by_agent_step[a], first), "last": _window(by_agent_step[a], last)}
                       for a in AGENTS},

@@ -1,0 +1,153 @@
+"""The ladder report's per-stage tables and the RL log readings behind them (time split, dominant memory by rule)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from membuilder.memory.ops import AGENTS
+from train.ladder import report
+from train.ladder.rl_signal import dominant_by_rule, rl_signal, time_split
+from train.ladder.settings import LadderArgs
+
+KEYS = [f"u/p{i % 3}-s{i}" for i in range(12)]
+
+
+def _history(folder, entries):
+    (folder / "log_history.json").write_text(json.dumps(entries))
+
+
+def test_time_split_counts_each_logged_mean_once_per_step_it_covers(tmp_path):
+    assert time_split(tmp_path) is None
+    _history(tmp_path, [
+        {"step": 1, "loss": 0.1, "time/generate": 10.0, "time/score": 2.0},
+        {"step": 2, "loss": 0.1, "time/generate": 12.0, "time/score": 4.0},
+        {"step": 4, "loss": 0.1, "time/generate": 8.0, "time/score": 1.0},  # logged every 2 steps from here
+        {"step": 4, "eval_loss": 0.3},  # an evaluation entry of the same step has no timing
+        {"step": 4, "train_runtime": 100.0},  # the closing summary neither
+    ])
+    # a step's entries merge, so the evaluation and the summary hide none of its timing
+    assert time_split(tmp_path) == {"generation_s": 38.0, "scoring_s": 8.0, "steps": 4}
+
+
+def test_time_split_of_a_run_logged_every_step(tmp_path):
+    _history(tmp_path, [{"step": s, "time/generate": 10.0 + s, "time/score": 1.0} for s in (1, 2, 3)]
+             + [{"step": 3, "train_runtime": 60.0, "train_loss": 0.2}])
+    assert time_split(tmp_path) == {"generation_s": 36.0, "scoring_s": 3.0, "steps": 3}
+    assert time_split(tmp_path, until=2) == {"generation_s": 23.0, "scoring_s": 2.0, "steps": 2}
+
+
+def _attribution(step, rule, **shares):
+    return {f"attribution/{rule}/dominant_{t}": shares.get(t, 0.0) for t in (*AGENTS, "none")} | {"step": step}
+
+
+def test_dominant_memory_type_under_each_rule(tmp_path):
+    assert dominant_by_rule(tmp_path) is None
+    entries = [_attribution(1, "evidence", semantic=1.0) | _attribution(1, "retrieval", episodic=0.5, none=0.5),
+               _attribution(2, "evidence", semantic=0.5, core=0.5) | _attribution(2, "retrieval", episodic=1.0)]
+    _history(tmp_path, [*entries, {"step": 2, "train_loss": 0.1, "adrpo/dominant_none": 0.0}][:2])
+    by_rule = dominant_by_rule(tmp_path)
+    assert by_rule["evidence"] == {"core": 0.25, "episodic": 0.0, "semantic": 0.75, "procedural": 0.0, "none": 0.0}
+    assert by_rule["retrieval"]["episodic"] == 0.75 and by_rule["retrieval"]["none"] == 0.25
+    assert dominant_by_rule(tmp_path, until=1)["evidence"]["semantic"] == 1.0
+    # rl_signal carries it beside the older one-rule reading
+    (tmp_path / "rollouts.0.jsonl").write_text(json.dumps(
+        {"mode": "train", "step": 0, "session_key": "u/p0-s0", "agent": "core", "reward": 1.0}) + "\n")
+    assert rl_signal(tmp_path)["dominant_by_rule"] == by_rule
+
+
+def _shares(edit):
+    return {"outputs": 4, "shares": {"new": 1 - edit, "edit": edit, "nothing": 0.0, "invalid": 0.0},
+            "ops_per_output": 1.0}
+
+
+def _signal():
+    """``rl_signal``'s summary of a 10-step run, as a row carries it."""
+    part = {"mean": 0.2, "ci": [0.1, 0.3], "steps": 2}
+    return {"steps": 10, "window": 2, "first": part, "last": part, "dominant": {"semantic": 0.9, "none": 0.1},
+            "per_agent": {a: {"first": part, "last": part} for a in AGENTS}, "agent_prompts": 40,
+            "frac_prompts_alike": 0.25, "frac_prompts_alike_per_agent": {a: 0.25 for a in AGENTS},
+            "dominant_by_rule": {"evidence": {"semantic": 0.9, "none": 0.1}, "retrieval": {"episodic": 0.6,
+                                                                                        "semantic": 0.4}}}
+
+
+def _row(stage, seed, shift=0.0, new_fields=True):
+    per = {k: round((i % 3) * 0.3 + shift, 4) for i, k in enumerate(KEYS)}
+    r = {"stage": stage, "seed": seed, "alpha": {"grpo": 1.0}.get(stage, 4.0 if "adrpo" in stage else None),
+         "valid_rate": {a: 1.0 for a in AGENTS}, "cut_rate": {a: 0.0 for a in AGENTS},
+         "reward_evidence": round(sum(per.values()) / len(per), 4), "reward_evidence_ci": [0.1, 0.5],
+         "held_out_users": ["8", "9"], "held_out_sessions": len(per), "memory_score": 1.5,
+         "memory_score_ci": [1.0, 2.0], "memory_score_cells": 5, "curve": [], "train_seconds": 600.0,
+         "eval_seconds": 120.0, "session_reward_evidence": per}
+    if not new_fields:
+        return r
+    rl = stage not in ("base", "sft")
+    return r | {
+        "attribution": "retrieval" if stage == "adrpo_retrieval" else "evidence" if rl else None,
+        "reward_mode": "stale", "session_noop_evidence": {k: 0.1 for k in KEYS},
+        "session_changed": {k: i < 4 for i, k in enumerate(KEYS)},
+        "held_out_actions_changed": {a: _shares(0.5 if a == "semantic" else 0.25) for a in AGENTS},
+        "grounding": {"all": {"entries": 40, "grounded": 30, "grounded_rate": 0.75, "mean_share": 0.8},
+                      "core": {"entries": 0, "grounded": 0, "grounded_rate": None, "mean_share": None},
+                      **{a: {"entries": 10, "grounded": 10, "grounded_rate": 1.0, "mean_share": 1.0} for a in AGENTS[1:]}},
+        "memory_accuracy": 0.41, "memory_accuracy_ci": [0.35, 0.47], "memory_upper_bound": 0.8, "memory_random": 0.25,
+        "memory_questions": 240, "memory_score_cells_low_headroom": 2, "memory_score_seconds": 60.0,
+        "time_split": {"generation_s": 300.0, "scoring_s": 60.0, "steps": 10} if rl else None,
+        "train_signal": _signal() if rl else None,
+    }
+
+
+def _rows(new_fields=True):
+    return [_row("base", 0, -0.2, new_fields), _row("sft", 0, 0.0, new_fields),
+            *(_row(stage, s, 0.05 * s, new_fields) for stage in ("grpo", "adrpo") for s in (0, 1)),
+            _row("adrpo_retrieval", 0, 0.1, new_fields)]
+
+
+def _table(text):
+    return [line for line in text.splitlines() if line.startswith("|")]
+
+
+def test_each_per_stage_table_reads_its_fields_within_80_columns():
+    rows = _rows()
+    for make, _ in report.STAGE_TABLES:
+        lines = _table(make(rows))
+        assert lines and max(map(len, lines)) <= 80, make.__name__
+    assert "| adrpo_retrieval | 0 | 4 | 0.25 | 0.25 | 0.50 | 0.25 |" in report.edit_table(rows)
+    assert "| sft | 0 | 40 | 0.75 [0.60, 0.86] | - | 1.00 | 1.00 | 1.00 |" in report.grounding_table(rows)
+    assert "| grpo | 1 | 0.41 [0.35, 0.47] | 0.80 | 0.25 | 240 | 1.500 | 5 (2) |" in report.memory_table(rows)
+    # RL: 10 min of training = 5 generating + 1 scoring + 4 the rest; SFT's training is all optimisation
+    time = report.time_table(rows)
+    assert "| adrpo | 0 | 10.0 | 5.0 | 1.0 | 4.0 | 3.0 |" in time and "| sft | 0 | 10.0 | - | - | 10.0 | 3.0 |" in time
+    dominant = report.dominant_table(rows)
+    assert "| adrpo_retrieval | 0 | retrieval | 0% | 60% | 40% | 0% | 0% |" in dominant
+    assert "| base |" not in dominant
+
+
+def test_rows_written_before_the_new_fields_still_report():
+    old = _rows(new_fields=False)
+    assert report.edit_table(old) == report.grounding_table(old) == report.dominant_table(old) == ""
+    assert "| sft | 0 | - | - | - | - | 1.500 | 5 |" in report.memory_table(old)
+    assert "| adrpo | 1 | 10.0 | - | - | - | 2.0 |" in report.time_table(old)
+    captions = [line for line in report.stage_tables(old) if line and not line.startswith("|")]
+    assert len(captions) == 3  # validity, memory, time
+
+
+def test_the_report_writes_the_pooled_summary_beside_the_rows(tmp_path):
+    a = LadderArgs(results_dir=str(tmp_path))
+    paths = report.write_results(a, _rows(), 1.0, [], {"sft": 600.0})
+    rows = json.loads(paths["json"].read_text())
+    assert isinstance(rows, list) and [r["stage"] for r in rows][:2] == ["base", "sft"]  # its readers' format
+    summary = json.loads(paths["summary"].read_text())
+    assert summary["stages"]["adrpo_retrieval"]["attribution"] == "retrieval"
+    assert summary["differences"]["SFT - base"]["mean"] == pytest.approx(0.2)
+    md = paths["md"].read_text()
+    goals = md.split("Goals, read off the intervals:\n\n", 1)[1].splitlines()
+    assert goals[0].startswith("- SFT > base, pooled over seeds and sessions: met")
+    assert goals[3].startswith("- ADRPO-evidence vs GRPO (published order: alpha 4 above alpha 1)")
+    assert any(g.startswith("- ADRPO_RETRIEVAL (alpha 4) seed 0 against SFT") for g in goals)
+    assert "Each stage pooled over its seeds" in md and "Where the time went (min)" in md
+    assert "The held-out reward answers in stale mode" in md
+    # the old rows of an earlier ladder report as well
+    report.write_results(a, _rows(new_fields=False), 1.0, [], {})
+    assert json.loads(paths["summary"].read_text())["stages"]["grpo"]["gain"] is None
