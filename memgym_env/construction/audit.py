@@ -45,6 +45,15 @@ def changed_in_session(scorer: SessionScorer, key: str) -> set[str]:
     return changed
 
 
+def needs_changed_value(scorer: SessionScorer, key: str) -> bool:
+    """Whether a variable one of the session's questions needs changed in this session: the sessions where
+    memory must be edited, not only added to, to answer right."""
+    ep, j = scorer.locate(key)
+    needed = {v.name for q in ep.conversation.qa_for_session(ep.conversation.sessions[j].id)
+              for v in question_variables(q)}
+    return bool(changed_in_session(scorer, key) & needed)
+
+
 def entropy(counts: Counter) -> float:
     n = sum(counts.values())
     return -sum(c / n * math.log2(c / n) for c in counts.values() if c) if n else 0.0
@@ -68,10 +77,7 @@ def audit_setting(scorer: SessionScorer, keys: Sequence[str], progress: Callable
         row["oracle"].append(oracle.reward)
         row["noop_task"].append(nothing.task_reward)
         row["oracle_task"].append(oracle.task_reward)
-        ep, j = scorer.locate(key)
-        needed = {v.name for q in ep.conversation.qa_for_session(ep.conversation.sessions[j].id)
-                  for v in question_variables(q)}
-        if changed_in_session(scorer, key) & needed:
+        if needs_changed_value(scorer, key):
             for name, action in variants.items():
                 if action != expert:
                     edits[name][0] += 1

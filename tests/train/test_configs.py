@@ -111,23 +111,29 @@ def test_ladder_defaults_equal_its_yaml_and_its_stages_build(tiny_chat_path, tmp
     # the SFT stage as the ladder starts it (its own test builds its first batch) ...
     (script, sft_args, _) = TrlParser((sft.SFTScriptArgs, SFTConfig, ModelConfig)).parse_args_and_config(
         ladder.sft_argv(parsed, tmp_path / "sft"))
-    assert (script.users, script.max_sessions_per_user, sft_args.learning_rate) == ("0-7", 38, 1e-3)
+    assert (script.users, script.max_sessions_per_user, script.session_pick, sft_args.learning_rate) == (
+        "0-7", 20, "every_period", 1e-3)
     # ... and the GRPO stage, from a tiny model, one session per user; its rollouts come from vLLM
     # (tests/engine_vllm runs that engine), switched off here, where the default virtualenv has none
     argv = ladder.rl_argv(parsed, "grpo", 0, tiny_chat_path, tmp_path)
     stage = yaml.safe_load(Path(argv[1]).read_text())
     assert (stage["use_vllm"], stage["vllm_mode"], stage["vllm_max_model_length"]) == (True, "colocate", 2048)
     trainer, *_ = adrpo.build([*argv, "--max_completion_length", "8", *CPU])
-    assert trainer.session_reward.scorer.config.alpha == 1.0
+    config = trainer.session_reward.scorer.config
+    assert (config.alpha, config.answer_mode, config.world_overrides["wording"]) == (1.0, "stale", "varied")
     args = trainer.args
     assert (args.num_generations, args.temperature, args.share_prompt) == (8, 1.0, True)
-    # one session per generation batch, one agent prompt per micro-batch
-    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (args.num_generations, 4)
-    assert args.generation_batch_size == 4 * args.num_generations
+    # four sessions per generation batch (and optimizer step), one agent prompt per micro-batch
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (args.num_generations, 16)
+    assert args.generation_batch_size == 16 * args.num_generations
     out = first_generation_batch(trainer)
-    assert len(out["adrpo_weights"]) == 32
+    assert len(out["adrpo_weights"]) == 128
     prompts = out["prompt_ids"]
-    assert len({tuple(r.tolist()) for r in prompts}) == 4  # four agent prompts, G completions each
+    assert len({tuple(r.tolist()) for r in prompts}) == 16  # 4 sessions x 4 agent prompts, G completions each
+    # the two ADRPO stages differ from it in alpha and in the rule that names the dominant memory
+    for name, rule in (("adrpo", "evidence"), ("adrpo_retrieval", "retrieval")):
+        assert (parsed.alpha(name), parsed.attribution(name)) == (4.0, rule)
+    assert [parsed.seeds_of(s) for s in parsed.rl_stages] == [[0, 1, 2], [0, 1, 2], [0]]
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")

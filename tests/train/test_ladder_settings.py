@@ -21,7 +21,7 @@ from train.ladder.settings import parse_args, rl_argv, sft_argv  # noqa: E402
 from train.ladder.work_folder import check_work_dir, take_sft, work_settings  # noqa: E402
 from train.sft import SFTScriptArgs  # noqa: E402
 
-LADDER = ["--config", "configs/train/ladder_smollm2_cpu.yaml"]
+LADDER = ["--config", "configs/train/ladder_smollm2_cpu_published.yaml"]  # the recipe of the flat names
 
 # The stage command lines the ladder built from configs/train/ladder_smollm2_cpu.yaml at commit 03954a1, when
 # its settings had flat names (sft_learning_rate, rl_generations, adrpo_alpha, ...) and the argv carried the

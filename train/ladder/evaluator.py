@@ -23,6 +23,8 @@ from membuilder.llm.registry import resolve_chat_path
 from membuilder.plumbing.json_files import atomic_write_text
 from membuilder.plumbing.stats import bootstrap_ci
 from membuilder.training.policy_eval import baseline_summary, evaluate_policy
+from memgym_env.construction.answers import MODEL_FREE_MODES
+from memgym_env.construction.audit import needs_changed_value
 from memgym_env.construction.scoring import SessionScorer, pick_sessions
 from memgym_env.interactive.runner import RunConfig, evaluate_one, load_run_models
 from memgym_env.world.config import load_config
@@ -39,7 +41,11 @@ class Evaluator:
         users = parse_users(a.held_out_users)
         if set(users) & set(parse_users(a.train_users)):
             raise SystemExit(f"held_out_users {a.held_out_users!r} overlap train_users {a.train_users!r}")
-        self.scorers = {"evidence": SessionScorer(a.construction_config(answer_mode="evidence"), users,
+        # The model-free reward of the ladder's world (evidence, or stale on a tracks_change world), kept under the
+        # name "evidence" that every row and cache has used; a world scored by a model is read in evidence mode.
+        world_mode = a.construction_config().answer_mode
+        self.reward_mode = world_mode if world_mode in MODEL_FREE_MODES else "evidence"
+        self.scorers = {"evidence": SessionScorer(a.construction_config(answer_mode=self.reward_mode), users,
                                                   a.eval_sessions_per_user, pick=a.eval_session_pick)}
         if a.choice_answerer:
             self.scorers["choice"] = SessionScorer(a.construction_config(answer_mode="choice",
@@ -82,6 +88,7 @@ class Evaluator:
         gc.collect()
         res["engine"] = self.a.eval_engine
         res["session_pick"] = self.a.eval_session_pick
+        res["reward_mode"] = self.reward_mode
         res["reward_ci"] = {name: bootstrap_ci(v) for name, v in res["session_rewards"].items()}
         res["eval_seconds"] = round(time.perf_counter() - t0, 1)
         return res
@@ -90,13 +97,22 @@ class Evaluator:
         """Held-out generation and the memory score of one stage, each cached on its own."""
         res = self.with_baselines(cached_json(self.cache(name), lambda: self(policy, label), valid=self.same_sessions))
         memory = cached_json(self.cache(f"{name}-memory"), lambda: self.memory_score(policy, label),
-                             valid=lambda m: m.get("memory_settings") == self.memory_settings())
+                             valid=lambda m: m.get("memory_settings") == self.memory_settings()
+                             and (not self.a.memory_score_world or "memory_accuracy" in m))
         return {**res, **memory}
 
     def same_sessions(self, res: dict[str, Any]) -> bool:
-        """Whether a cached evaluation scored this ladder's held-out sessions: made with its pick (one cached
-        before evaluations recorded their pick took the first sessions)."""
-        return res.get("session_pick", "first") == self.a.eval_session_pick
+        """Whether a cached evaluation scored this ladder's held-out sessions with its reward: made with its pick
+        (one cached before evaluations recorded their pick took the first sessions) and answer mode (before they
+        recorded it, evidence)."""
+        return (res.get("session_pick", "first") == self.a.eval_session_pick
+                and res.get("reward_mode", "evidence") == self.reward_mode)
+
+    def changed_sessions(self) -> dict[str, bool]:
+        """Per held-out session, whether a variable one of its questions needs changed in it (where a writer
+        must edit memory, not only add to it)."""
+        scorer = self.scorers["evidence"]
+        return {k: needs_changed_value(scorer, k) for k in self.keys}
 
     def with_baselines(self, res: dict[str, Any]) -> dict[str, Any]:
         """A cached evaluation with the no-op and oracle keys ``evaluate_policy`` returns today: one made before
@@ -154,8 +170,15 @@ class Evaluator:
         gc.collect()
         score = results["overall"]["memory_score"]
         score = None if score is None or math.isnan(score) else score  # undefined where no cell is (JSON has no NaN)
+        overall = results["overall"]
+        # Accuracy rests on every question, the memory score only on cells with headroom (metrics.MIN_HEADROOM):
+        # on a small world the accuracy, its interval and the upper bound are the figures to trust.
         return {"memory_score": score, "memory_score_ci": bootstrap_ci(cells),
                 "memory_score_cells": sum(v is not None for v in cells), "memory_settings": settings,
+                "memory_score_cells_low_headroom": overall.get("memory_score_cells_low_headroom"),
+                "memory_accuracy": overall.get("accuracy"), "memory_accuracy_ci": overall.get("accuracy_ci95"),
+                "memory_upper_bound": overall.get("upper_bound"), "memory_random": overall.get("random"),
+                "memory_questions": overall.get("questions"),
                 "memory_score_seconds": round(time.perf_counter() - t0, 1)}
 
 

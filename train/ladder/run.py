@@ -46,7 +46,7 @@ from train.ladder.curve_callback import CurveCallback, same_pick
 from train.ladder.evaluator import Evaluator, cached_json, oracle_over_limit
 from train.ladder.policy_actions import held_out_actions, rollout_actions
 from train.ladder.report import recipe_command, recipe_config, table, write_results
-from train.ladder.rl_signal import paired_train_difference, rl_signal
+from train.ladder.rl_signal import paired_train_difference, rl_signal, time_split
 from train.ladder.settings import RL_STAGES, LadderArgs, parse_args, rl_argv, sft_argv
 from train.ladder.stage_clock import CLOCK, StageClock, clock_seconds
 from train.ladder.work_folder import check_work_dir, pin_engine, take_sft
@@ -189,10 +189,17 @@ def _curve_rows(train: dict[int, float], held: dict[int, float], points: list[di
 
 def row(stage: str, seed: int, res: dict[str, Any], users: list[str], seconds: float | None,
         curve: list[dict[str, Any]] | None = None, signal: dict[str, Any] | None = None,
-        actions: dict[str, Any] | None = None, alpha: float | None = None) -> dict[str, Any]:
-    """One stage's row of results/ladder.json; RL rows add their alpha, curve, ``train.ladder.rl_signal``'s summary and
-    ``train.ladder.policy_actions``' reading of their rollouts."""
-    return {"stage": stage, "seed": seed, "alpha": alpha, "valid_rate": res["valid_rate"], "cut_rate": res.get("cut_rate"),
+        actions: dict[str, Any] | None = None, alpha: float | None = None, attribution: str | None = None,
+        changed: dict[str, bool] | None = None, time_split: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One stage's row of results/ladder.json; RL rows add their alpha and attribution rule, curve,
+    ``train.ladder.rl_signal``'s summary, ``train.ladder.policy_actions``' reading of their rollouts and where their
+    training time went. ``changed`` names the held-out sessions where a needed value changed: the row reads the
+    stage's actions there apart (does it edit memory where it must?)."""
+    changed = changed or {}
+    outputs = res.get("outputs") or {}
+    return {"stage": stage, "seed": seed, "alpha": alpha, "attribution": attribution,
+            "reward_mode": res.get("reward_mode", "evidence"),
+            "valid_rate": res["valid_rate"], "cut_rate": res.get("cut_rate"),
             "reward_evidence": res["reward"]["evidence"], "reward_evidence_ci": res["reward_ci"]["evidence"],
             "reward_choice": res["reward"].get("choice"), "reward_choice_ci": res["reward_ci"].get("choice"),
             "task_reward_evidence": res["task_reward"]["evidence"], "held_out_users": users,
@@ -200,10 +207,22 @@ def row(stage: str, seed: int, res: dict[str, Any], users: list[str], seconds: f
             "memory_score_ci": res.get("memory_score_ci"), "memory_score_cells": res.get("memory_score_cells"),
             "curve": curve or [], "train_seconds": seconds, "eval_seconds": res.get("eval_seconds"),
             "eval_engine": res.get("engine"), "train_signal": signal, "train_actions": actions,
-            "held_out_actions": held_out_actions(res["outputs"]) if res.get("outputs") else None,
+            "held_out_actions": held_out_actions(outputs) if outputs else None,
+            "session_changed": {k: changed[k] for k in res["session_keys"] if k in changed} or None,
+            "held_out_actions_changed": (held_out_actions({k: o for k, o in outputs.items() if changed.get(k)})
+                                         if outputs and any(changed.values()) else None),
+            "grounding": res.get("grounding"), "time_split": time_split,
+            **{k: res.get(k) for k in MEMORY_FIELDS},
             # per held-out session, so two stages can be compared session by session (a paired bootstrap)
             "session_reward_evidence": dict(zip(res["session_keys"], res["session_rewards"]["evidence"], strict=True)),
+            "session_noop_evidence": (dict(zip(res["session_keys"], res["session_noop"]["evidence"], strict=True))
+                                      if (res.get("session_noop") or {}).get("evidence") else None),
             "held_out_pick": res.get("session_pick", "first"), **learnable(res)}
+
+
+# The interactive evaluation's figures a row carries beside the memory score (Evaluator.memory_score).
+MEMORY_FIELDS = ("memory_accuracy", "memory_accuracy_ci", "memory_upper_bound", "memory_random", "memory_questions",
+                 "memory_score_cells_low_headroom", "memory_score_seconds")
 
 
 def learnable(res: dict[str, Any]) -> dict[str, Any]:
@@ -221,10 +240,56 @@ def learnable(res: dict[str, Any]) -> dict[str, Any]:
             "per_period_evidence": (res.get("per_period") or {}).get("evidence")}
 
 
-def export_adapter(a: LadderArgs, stage: str, adapter: str, scores: dict[str, Any], argv: list[str]) -> Path | None:
-    """The shipped policy: the adapter's weights in bfloat16 beside a card saying how it was made."""
-    if not a.adapter_out:
+def pooled_rewards(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Each trained stage's held-out reward pooled over its seeds (the mean over seeds and sessions)."""
+    by: dict[str, list[float]] = {}
+    for r in rows:
+        if r["stage"] != "base":
+            by.setdefault(r["stage"], []).append(float(r["reward_evidence"]))
+    return {stage: round(sum(v) / len(v), 4) for stage, v in by.items()}
+
+
+def ship_best(a: LadderArgs, work: Path, rows: list[dict[str, Any]], argv: list[str]) -> Path | None:
+    """Ship the stage with the best pooled held-out reward so far (SFT wins ties, being the cheaper): the adapter of
+    its first seed, so the choice of stage is the only one made on the held-out sessions. Re-exported only when the
+    choice changes."""
+    pooled = pooled_rewards(rows)
+    if not a.adapter_out or a.sft_from or not pooled:  # an ablation on another ladder's SFT stage ships nothing
         return None
+    order = ["sft", *RL_STAGES]
+    stage = max(pooled, key=lambda s: (pooled[s], -order.index(s)))
+    first = min(r["seed"] for r in rows if r["stage"] == stage)
+    best = next(r for r in rows if r["stage"] == stage and r["seed"] == first)
+    card_path = Path(a.adapter_out) / "card.json"
+    if card_path.exists():
+        card = json.loads(card_path.read_text(encoding="utf-8"))
+        if card.get("stage") == stage and card.get("seed") == first and card.get("pooled") == pooled:
+            return None
+    adapter = work / ("sft" if stage == "sft" else f"seed{first}/{stage}") / "policy" / "adapter"
+    why = (f"the best held-out reward pooled over seeds among the stages finished: "
+           + ", ".join(f"{s} {v:.3f}" for s, v in sorted(pooled.items(), key=lambda kv: -kv[1])))
+    return export_adapter(a, stage, first, str(adapter), _scores(best), argv, why, pooled)
+
+
+def _how(a: LadderArgs, stage: str, seed: int) -> str:
+    if stage == "sft":
+        return "SFT on world-oracle trajectories"
+    rule = "plain GRPO" if a.alpha(stage) == 1.0 else f"ADRPO (alpha {a.alpha(stage)}, {a.attribution(stage)} attribution)"
+    return f"SFT on world-oracle trajectories, then {rule}, seed {seed}"
+
+
+def policy_setting(a: LadderArgs) -> dict[str, Any]:
+    """The setting a shipped policy was trained and judged in, which `memgym demo` replays: the world, the users,
+    the held-out pick and the token limits."""
+    return {"env_config": a.env_config, "env_overrides": a.env_overrides, "train_users": a.train_users,
+            "held_out_users": a.held_out_users, "eval_session_pick": a.eval_session_pick,
+            "max_completion_tokens": a.max_completion_tokens, "max_prompt_tokens": a.max_prompt_tokens}
+
+
+def export_adapter(a: LadderArgs, stage: str, seed: int, adapter: str, scores: dict[str, Any], argv: list[str],
+                   why: str, pooled: dict[str, float]) -> Path:
+    """The shipped policy: the adapter's weights in bfloat16 beside a card saying which stage it is, why, how it was
+    made and the setting it was trained in."""
     import torch
     from safetensors.torch import load_file, save
 
@@ -235,19 +300,11 @@ def export_adapter(a: LadderArgs, stage: str, adapter: str, scores: dict[str, An
     config = json.loads((Path(adapter) / "adapter_config.json").read_text(encoding="utf-8"))
     config["base_model_name_or_path"] = a.model_name_or_path  # a short name: resolved on the user's machine
     (out / "adapter_config.json").write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
-    how = (f"SFT on world-oracle trajectories, then ADRPO (alpha {a.alpha('adrpo')}), seed {a.seeds[0]}"
-           if stage == "adrpo" else "SFT on world-oracle trajectories (the ladder's RL stages had not finished)")
-    card = {"what": f"LoRA adapter for SmolLM2-135M-Instruct writing MemBuilder's four memories: {how}",
-            "stage": stage,
+    card = {"what": f"LoRA adapter for SmolLM2-135M-Instruct writing MemBuilder's four memories: {_how(a, stage, seed)}",
+            "stage": stage, "seed": seed, "why": why, "pooled": pooled, "setting": policy_setting(a),
             "command": recipe_command(argv), "config": recipe_config(a), "held_out": scores}
-    (out / "card.json").write_text(json.dumps(card, indent=1) + "\n", encoding="utf-8")
+    write_json(out / "card.json", card)
     return out
-
-
-def _scores(r: dict[str, Any]) -> dict[str, Any]:
-    return {**{k: r[k] for k in ("valid_rate", "reward_evidence", "reward_evidence_ci", "memory_score",
-                                 "memory_score_ci", "held_out_sessions", "held_out_users")},
-            **{k: r.get(k) for k in ("noop_evidence", "gain_evidence", "gain_evidence_ci", "oracle_gain_evidence")}}
 
 
 def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
@@ -263,7 +320,8 @@ def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
     oracle = oracle_over_limit(a)
     t_start = time.perf_counter()
 
-    steps = {stage: a.stage_config(stage)["max_steps"] for stage in RL_STAGES}
+    steps = {stage: a.stage_config(stage)["max_steps"] for stage in RL_STAGES if stage in a.stages}
+    changed = evaluate.changed_sessions()
 
     def publish():
         pair_seeds(work, [*rows, *progress], steps)
@@ -274,18 +332,18 @@ def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
     if a.report_only and not (base_done and _finished(evaluate, work / "sft", "sft")):
         raise FileNotFoundError(f"report_only: {work} holds no finished SFT stage to report (run the ladder first)")
     base = evaluate.cached(a.model_name_or_path, "base", "base")
-    rows.append(row("base", a.sft_seed, base, evaluate.users, None))
+    rows.append(row("base", a.sft_seed, base, evaluate.users, None, changed=changed))
     publish()
     t = time.perf_counter()
     sft_policy = train_sft(a, work / "sft")
     timings.setdefault("sft", _train_seconds(work / "sft", time.perf_counter() - t))
     sft_res = evaluate.cached(sft_policy, "sft", "sft")
-    rows.append(row("sft", a.sft_seed, sft_res, evaluate.users, timings["sft"]))
-    if not a.report_only and not (work / f"seed{a.seeds[0]}" / "adrpo" / "policy" / "adapter").exists():
-        export_adapter(a, "sft", sft_policy, _scores(rows[-1]), argv)  # shipped until ADRPO replaces it
+    rows.append(row("sft", a.sft_seed, sft_res, evaluate.users, timings["sft"], changed=changed))
+    if not a.report_only:
+        ship_best(a, work, rows, argv)  # SFT until an RL stage's pooled result beats it
     publish()
     for seed in a.seeds:
-        for stage in (s for s in RL_STAGES if s in a.rl_stages):
+        for stage in (s for s in RL_STAGES if s in a.rl_stages and seed in a.seeds_of(s)):
             folder = work / f"seed{seed}" / stage
             if a.report_only and not _finished(evaluate, folder, f"{stage}-{seed}"):
                 partial = run_progress(folder, stage, seed, sft_res, evaluate.keys[:a.curve_sessions], steps[stage],
@@ -302,9 +360,10 @@ def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
             res = evaluate.cached(policy, f"{stage} seed {seed}", f"{stage}-{seed}")
             curve_rows = make_curve(folder, sft_res, res, points, evaluate.keys[:a.curve_sessions], steps[stage])
             rows.append(row(stage, seed, res, evaluate.users, timings[f"{stage}/{seed}"], curve_rows,
-                            rl_signal(folder), rollout_actions(folder), a.alpha(stage)))
-            if stage == "adrpo" and seed == a.seeds[0] and not a.report_only:  # a report ships nothing new
-                export_adapter(a, stage, policy, _scores(rows[-1]), argv)
+                            rl_signal(folder), rollout_actions(folder), a.alpha(stage), a.attribution(stage),
+                            changed, time_split(folder)))
+            if not a.report_only:  # a report ships nothing new
+                ship_best(a, work, rows, argv)
             publish()
     if progress:
         publish()

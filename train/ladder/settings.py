@@ -30,8 +30,10 @@ from membuilder.reward import ALPHA
 from memgym_env.construction.config import ConstructionConfig
 from memgym_env.construction.scoring import SESSION_PICKS
 
-STAGES = ("base", "sft", "grpo", "adrpo")  # every row's stage; the plots colour a stage by its place here
-RL_STAGES = ("adrpo", "grpo")  # in the order each seed trains them
+STAGES = ("base", "sft", "grpo", "adrpo", "adrpo_retrieval")  # every row's stage; the plots colour a stage by its place
+# In the order each seed trains them. adrpo_retrieval is ADRPO under the published attribution rule (retrieval
+# counts), beside adrpo's evidence rule: the rule is a stage's env_overrides.attribution.
+RL_STAGES = ("adrpo", "grpo", "adrpo_retrieval")
 # One context for the RL engine and the evaluation's: the ladder's longest prompt plus its longest output
 # with room to spare.
 ENGINE_CONTEXT = 2048
@@ -51,18 +53,19 @@ LADDER_SET = {
 OUTPUT_OPTIONS = ("work_dir", "results_dir", "adapter_out", "report_only", "sft_from")
 
 _RL_OVERRIDES = {
-    "max_steps": 100,               # about 1 min a step on 2 cores: a run of ~2 h may span sittings ...
-    "save_steps": 10,               # ... and resumes from its last checkpoint
+    "max_steps": 24,                # 24 steps x 4 sessions: a run of about an hour or more may span sittings ...
+    "save_steps": 2,                # ... and resumes from its last checkpoint
     "save_strategy": "steps",
     "save_total_limit": 1,
     "max_sessions_per_user": None,  # RL samples any session of the training users
+    "sessions_per_step": 4,         # 4 sessions x 4 agents x G completions per optimizer step
     "num_generations": 8,
     "per_device_train_batch_size": 8,  # = num_generations: one agent prompt per micro-batch
     "share_prompt": True,
-    "gradient_accumulation_steps": 4,  # 4 agent prompts: one session per optimizer update
     "temperature": 1.0,
     "top_p": 1.0,
     "learning_rate": 1.0e-4,
+    "beta": 0.0,
     "use_vllm": True,               # rollouts from vLLM's CPU engine, colocated in the trainer
     "vllm_mode": "colocate",
     "vllm_max_model_length": ENGINE_CONTEXT,
@@ -70,15 +73,16 @@ _RL_OVERRIDES = {
 
 
 def _default_stages() -> dict[str, Any]:
+    rl = {"config": "configs/train/adrpo_smollm2_cpu.yaml"}
     return {
         "sft": {"config": "configs/train/sft_smollm2_cpu.yaml", "overrides": {
-            "seed": 0, "max_sessions_per_user": 38, "num_train_epochs": 1.0, "learning_rate": 1.0e-3,
-            "gradient_accumulation_steps": 4, "keep_empty_rows": 0.25, "save_strategy": "steps", "save_steps": 20,
-            "save_total_limit": 1}},
-        "adrpo": {"config": "configs/train/adrpo_smollm2_cpu.yaml",
-                  "overrides": {**_RL_OVERRIDES, "env_overrides": {"alpha": ALPHA}}},
-        "grpo": {"config": "configs/train/adrpo_smollm2_cpu.yaml",
-                 "overrides": {**_RL_OVERRIDES, "env_overrides": {"alpha": 1.0}}},
+            "seed": 0, "max_sessions_per_user": 20, "session_pick": "every_period", "num_train_epochs": 1.0,
+            "learning_rate": 1.0e-3, "gradient_accumulation_steps": 4, "keep_empty_rows": 0.25,
+            "save_strategy": "steps", "save_steps": 10, "save_total_limit": 1}},
+        "adrpo": {**rl, "overrides": {**_RL_OVERRIDES, "env_overrides": {"alpha": ALPHA, "attribution": "evidence"}}},
+        "grpo": {**rl, "overrides": {**_RL_OVERRIDES, "env_overrides": {"alpha": 1.0}}},
+        "adrpo_retrieval": {**rl, "overrides": {**_RL_OVERRIDES, "env_overrides": {"alpha": ALPHA,
+                                                                                  "attribution": "retrieval"}}},
     }
 
 
@@ -105,7 +109,7 @@ class LadderArgs:
     """Defaults equal ``configs/train/ladder_smollm2_cpu.yaml`` (a test holds them together)."""
 
     model_name_or_path: str = field(default="smollm2-135m", metadata={"help": "Base policy; SFT starts from it."})
-    env_config: str = field(default="configs/env/construction_cpu.yaml", metadata={
+    env_config: str = field(default="configs/env/construction_cpu_change_varied.yaml", metadata={
         "help": "MemoryGym-v0 config (YAML) of every stage and of the evaluation."})
     # the mappings are typed str for the command line (YAML or JSON text there); a config file gives a mapping
     env_overrides: str = field(default_factory=dict, metadata={
@@ -125,11 +129,15 @@ class LadderArgs:
                 "over every period, each period's earliest first: memory that must change, not only memory written "
                 "from nothing) or 'first' (the first N, as ladders before it evaluated). Each cached evaluation "
                 "records its pick; one made with another pick is made again."})
-    seeds: list[int] = field(default_factory=lambda: [0, 1], metadata={
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2], metadata={
         "help": "RL seeds (each RL stage's `seed`); SFT runs once, with its own config's seed, and every seed starts "
                 "from it."})
-    rl_stages: list[str] = field(default_factory=lambda: ["adrpo", "grpo"], metadata={
-        "help": "RL stages each seed runs: adrpo and/or grpo (they differ in alpha alone as shipped)."})
+    rl_stages: list[str] = field(default_factory=lambda: ["adrpo", "grpo", "adrpo_retrieval"], metadata={
+        "help": "RL stages each seed runs, of adrpo (alpha 4, evidence attribution), grpo (alpha 1) and "
+                "adrpo_retrieval (alpha 4, the published retrieval attribution); an ablation runs one."})
+    stage_seeds: str = field(default_factory=lambda: {"adrpo_retrieval": [0]}, metadata={
+        "help": "Per RL stage, the seeds it runs when fewer than `seeds` (e.g. {adrpo_retrieval: [0]}); a stage not "
+                "named runs every seed. Seeds can be added to a finished ladder: each (stage, seed) is its own run."})
     rollout_logs: bool = field(default=True, metadata={
         "help": "Write every scored RL completion (text, reward, weight, advantage) to <run>/rollouts.0.jsonl "
                 "(each RL stage's `rollout_log`)."})
@@ -154,7 +162,7 @@ class LadderArgs:
     max_prompt_tokens: int = field(default=384, metadata={
         "help": "Prompt budget (memory view cut first) of SFT, RL (each stage's `max_prompt_tokens`) and the "
                 "evaluation."})
-    curve_every: int = field(default=10, metadata={"help": "Held-out reward every N RL steps (0: only at the end)."})
+    curve_every: int = field(default=6, metadata={"help": "Held-out reward every N RL steps (0: only at the end)."})
     curve_sessions: int = field(default=12, metadata={"help": "Held-out sessions of each curve point."})
     choice_answerer: str | None = field(default=None, metadata={
         "help": "Answerer of choice-mode scoring (None: evidence mode only; choice mode costs model calls)."})
@@ -174,7 +182,7 @@ class LadderArgs:
                 "stages.adrpo.overrides.env_overrides.alpha=2 or env_overrides.view_k=8 (VALUE is YAML)."})
 
     def __post_init__(self) -> None:
-        for name in ("env_overrides", "stages", "memory_score_world"):
+        for name in ("env_overrides", "stages", "memory_score_world", "stage_seeds"):
             setattr(self, name, _mapping(name, getattr(self, name)))
         for change in self.set:
             self._apply(change)
@@ -187,8 +195,15 @@ class LadderArgs:
         unknown = [s for s in self.rl_stages if s not in RL_STAGES]
         if unknown or len(set(self.rl_stages)) < len(self.rl_stages):
             raise ValueError(f"rl_stages {self.rl_stages}: name each of {list(RL_STAGES)} at most once")
-        if set(self.stages) != {"sft", *RL_STAGES}:
-            raise ValueError(f"stages {sorted(self.stages)}: the ladder's stages are sft, adrpo and grpo")
+        if "sft" not in self.stages or not set(self.stages) <= {"sft", *RL_STAGES}:
+            raise ValueError(f"stages {sorted(self.stages)}: the ladder's stages are sft and any of {list(RL_STAGES)}")
+        missing = [s for s in self.rl_stages if s not in self.stages]
+        if missing:
+            raise ValueError(f"rl_stages {missing}: no such entry under stages (give its config and overrides)")
+        for name, seeds in self.stage_seeds.items():
+            if name not in RL_STAGES or not isinstance(seeds, list):
+                raise ValueError(f"stage_seeds.{name} {seeds!r}: name an RL stage ({list(RL_STAGES)}) and a list of "
+                                 "seeds")
         for name, stage in self.stages.items():
             if not isinstance(stage, dict) or not stage.get("config") or not isinstance(stage.get("overrides", {}), dict):
                 raise ValueError(f"stages.{name}: give `config` (a YAML path) and `overrides` (a mapping)")
@@ -231,6 +246,14 @@ class LadderArgs:
         if name in RL_STAGES:
             shared["max_completion_length"] = self.max_completion_tokens
         return {**base, **overrides, **shared}
+
+    def seeds_of(self, stage: str) -> list[int]:
+        """The seeds RL stage ``stage`` runs: those of ``seeds`` its ``stage_seeds`` entry names, else every seed."""
+        return [s for s in self.seeds if s in self.stage_seeds.get(stage, self.seeds)]
+
+    def attribution(self, stage: str) -> str:
+        """The attribution rule that names an RL stage's dominant memory (what alpha weights)."""
+        return self.construction_config(**self.stage_config(stage)["env_overrides"]).attribution
 
     def alpha(self, stage: str) -> float:
         """ADRPO's alpha in an RL stage (1: plain GRPO), from the stage's world settings."""
@@ -294,7 +317,7 @@ def parse_args(argv: list[str]) -> LadderArgs:
 
 
 # Old flat names of a work folder's settings.json, and where each lives now.
-_RL = [f"stages.{s}" for s in RL_STAGES]
+_RL = [f"stages.{s}" for s in ("adrpo", "grpo")]  # the RL stages of the flat-name era
 OLD_NAMES = {
     "sft_config": ["stages.sft.config"],
     "adrpo_config": [f"{s}.config" for s in _RL],

@@ -19,7 +19,7 @@ from train.ladder.settings import OUTPUT_OPTIONS, RL_STAGES, LadderArgs, flatten
 # eval_engine is free because the evaluation caches are named by engine, eval_session_pick because each cached
 # evaluation and curve point records its pick (one made with another is made again or left out); ``set`` is
 # already in the mappings.
-FREE_SETTINGS = (*OUTPUT_OPTIONS, "seeds", "rl_stages", "rollout_logs", "eval_engine", "eval_session_pick", "set")
+FREE_SETTINGS = (*OUTPUT_OPTIONS, "seeds", "stage_seeds", "rl_stages", "rollout_logs", "eval_engine", "eval_session_pick", "set")
 FREE_FIELDS = ("save_steps",)  # of any stage: how often it checkpoints
 
 # Settings added after work folders were first made, with the value those folders ran under: a settings.json
