@@ -240,6 +240,13 @@ def learnable(res: dict[str, Any]) -> dict[str, Any]:
             "per_period_evidence": (res.get("per_period") or {}).get("evidence")}
 
 
+def _scores(r: dict[str, Any]) -> dict[str, Any]:
+    return {**{k: r[k] for k in ("valid_rate", "reward_evidence", "reward_evidence_ci", "memory_score",
+                                 "memory_score_ci", "held_out_sessions", "held_out_users")},
+            **{k: r.get(k) for k in ("reward_mode", "noop_evidence", "gain_evidence", "gain_evidence_ci",
+                                     "oracle_gain_evidence", "memory_accuracy", "memory_accuracy_ci", "grounding")}}
+
+
 def pooled_rewards(rows: list[dict[str, Any]]) -> dict[str, float]:
     """Each trained stage's held-out reward pooled over its seeds (the mean over seeds and sessions)."""
     by: dict[str, list[float]] = {}
@@ -266,7 +273,7 @@ def ship_best(a: LadderArgs, work: Path, rows: list[dict[str, Any]], argv: list[
         if card.get("stage") == stage and card.get("seed") == first and card.get("pooled") == pooled:
             return None
     adapter = work / ("sft" if stage == "sft" else f"seed{first}/{stage}") / "policy" / "adapter"
-    why = (f"the best held-out reward pooled over seeds among the stages finished: "
+    why = ("the best held-out reward pooled over seeds among the stages finished: "
            + ", ".join(f"{s} {v:.3f}" for s, v in sorted(pooled.items(), key=lambda kv: -kv[1])))
     return export_adapter(a, stage, first, str(adapter), _scores(best), argv, why, pooled)
 
