@@ -23,57 +23,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tqdm.auto import tqdm  # noqa: E402
 
-from membuilder.agents.constructor import MemBuilderPolicy  # noqa: E402
 from membuilder.llm import load_chat_model  # noqa: E402
-from membuilder.llm.base import Sampling  # noqa: E402
 from membuilder.llm.embedders import load_embedder  # noqa: E402
-from membuilder.memory import MemoryBank  # noqa: E402
-from membuilder.memory.grounding import Grounding, grounded_share, written_units  # noqa: E402
-from membuilder.memory.ops import AGENTS, parse  # noqa: E402
+from membuilder.memory.ops import AGENTS  # noqa: E402
 from membuilder.plumbing.json_files import atomic_write_text, write_json  # noqa: E402
-from membuilder.plumbing.stats import wilson  # noqa: E402
+from memgym_env.benchmarks.grounding import ground_writer  # noqa: E402
 from memgym_env.benchmarks.locomo import read_locomo  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo10_conv-26.json"
 
 
-def ground_writer(spec: str, sessions, embedder, max_new_tokens: int, view_k: int) -> dict:
+def ground_spec(spec: str, sessions, embedder, max_new_tokens: int, view_k: int) -> dict:
     model = load_chat_model(spec)
-    policy = MemBuilderPolicy(model, Sampling(temperature=0.0, max_new_tokens=max_new_tokens), max_prompt_tokens=3840)
-    bank = MemoryBank(embedder)
-    per_agent = {a: Grounding() for a in AGENTS}
-    valid = {a: 0 for a in AGENTS}
-    examples: list[dict] = []
-    for session in tqdm(sessions, desc=spec, unit="session"):
-        text = session.render()
-        obs = {"session": text, "session_time": session.time, "core": bank.core.text, "core_usage": bank.core.usage}
-        for agent in AGENTS[1:]:
-            obs[agent] = [h.entry.text for h in bank.view(agent, text, k=view_k)]
-        sources = [text, bank.core.text, *(t for a in AGENTS[1:] for t in obs[a])]
-        outputs = policy.act(obs)
-        for agent in AGENTS:
-            parsed = parse(agent, outputs[agent])
-            valid[agent] += parsed.valid
-            if parsed.valid:
-                for unit in written_units(parsed.ops, bank.core.text):
-                    share = grounded_share(unit, sources)
-                    per_agent[agent].add(share)
-                    if share is not None and len(examples) < 12:
-                        examples.append({"session": session.id, "agent": agent, "text": unit[:200],
-                                         "share": round(share, 3)})
-        for agent in AGENTS:
-            bank.apply(agent, outputs[agent], time=session.time, session=session.id)
-    total = Grounding()
-    for g in per_agent.values():
-        total.entries, total.grounded, total.share_sum = (total.entries + g.entries, total.grounded + g.grounded,
-                                                          total.share_sum + g.share_sum)
-    close = getattr(model, "close", None)
-    if callable(close):
-        close()
-    n = len(sessions)
-    return {"all": {**total.to_dict(), "ci": wilson(total.grounded, total.entries)},
-            "per_agent": {a: g.to_dict() for a, g in per_agent.items()},
-            "valid_rate": {a: valid[a] / n for a in AGENTS}, "examples": examples}
+    bar = tqdm(total=len(sessions), desc=spec, unit="session")
+    try:
+        return ground_writer(model, sessions, embedder, max_new_tokens=max_new_tokens, view_k=view_k,
+                             max_prompt_tokens=3840, progress=bar.update)
+    finally:
+        bar.close()
+        close = getattr(model, "close", None)
+        if callable(close):
+            close()
 
 
 def table(result: dict) -> str:
@@ -105,7 +75,7 @@ def main(argv: list[str] | None = None) -> dict:
     embedder = load_embedder("minilm")
     t0 = time.perf_counter()
     result = {"conversation": conv.id, "sessions": len(sessions), "max_new_tokens": args.max_new_tokens,
-              "writers": {spec: ground_writer(spec, sessions, embedder, args.max_new_tokens, 20)
+              "writers": {spec: ground_spec(spec, sessions, embedder, args.max_new_tokens, 20)
                           for spec in args.writers.split(",") if spec},
               "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
                           "load_average": [round(x, 2) for x in os.getloadavg()]}}

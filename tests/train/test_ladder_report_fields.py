@@ -7,7 +7,7 @@ import json
 import pytest
 
 from membuilder.memory.ops import AGENTS
-from train.ladder import report
+from train.ladder import report, stage_tables
 from train.ladder.rl_signal import dominant_by_rule, rl_signal, time_split
 from train.ladder.settings import LadderArgs
 
@@ -94,6 +94,8 @@ def _row(stage, seed, shift=0.0, new_fields=True):
         "memory_accuracy": 0.41, "memory_accuracy_ci": [0.35, 0.47], "memory_upper_bound": 0.8, "memory_random": 0.25,
         "memory_questions": 240, "memory_score_cells_low_headroom": 2, "memory_score_seconds": 60.0,
         "time_split": {"generation_s": 300.0, "scoring_s": 60.0, "steps": 10} if rl else None,
+        "real_grounding": {"sessions": 19, "all": {"entries": 30, "grounded": 27},
+                           "valid_rate": {a: 1.0 - 0.1 * (a == "core") for a in AGENTS}},
         "train_signal": _signal() if rl else None,
     }
 
@@ -110,26 +112,27 @@ def _table(text):
 
 def test_each_per_stage_table_reads_its_fields_within_80_columns():
     rows = _rows()
-    for make, _ in report.STAGE_TABLES:
+    for make, _ in stage_tables.STAGE_TABLES:
         lines = _table(make(rows))
         assert lines and max(map(len, lines)) <= 80, make.__name__
-    assert "| adrpo_retrieval | 0 | 4 | 0.25 | 0.25 | 0.50 | 0.25 |" in report.edit_table(rows)
-    assert "| sft | 0 | 40 | 0.75 [0.60, 0.86] | - | 1.00 | 1.00 | 1.00 |" in report.grounding_table(rows)
-    assert "| grpo | 1 | 0.41 [0.35, 0.47] | 0.80 | 0.25 | 240 | 1.500 | 5 (2) |" in report.memory_table(rows)
+    assert "| adrpo_retrieval | 0 | 4 | 0.25 | 0.25 | 0.50 | 0.25 |" in stage_tables.edit_table(rows)
+    assert "| sft | 0 | 40 | 0.75 [0.60, 0.86] | - | 1.00 | 1.00 | 1.00 |" in stage_tables.grounding_table(rows)
+    assert "| grpo | 1 | 0.41 [0.35, 0.47] | 0.80 | 0.25 | 240 | 1.500 | 5 (2) |" in stage_tables.memory_table(rows)
     # RL: 10 min of training = 5 generating + 1 scoring + 4 the rest; SFT's training is all optimisation
-    time = report.time_table(rows)
+    time = stage_tables.time_table(rows)
     assert "| adrpo | 0 | 10.0 | 5.0 | 1.0 | 4.0 | 3.0 |" in time and "| sft | 0 | 10.0 | - | - | 10.0 | 3.0 |" in time
-    dominant = report.dominant_table(rows)
+    assert "| sft | 0 | 19 | 30 | 0.90 [0.74, 0.97] | 0.90 |" in stage_tables.real_grounding_table(rows)
+    dominant = stage_tables.dominant_table(rows)
     assert "| adrpo_retrieval | 0 | retrieval | 0% | 60% | 40% | 0% | 0% |" in dominant
     assert "| base |" not in dominant
 
 
 def test_rows_written_before_the_new_fields_still_report():
     old = _rows(new_fields=False)
-    assert report.edit_table(old) == report.grounding_table(old) == report.dominant_table(old) == ""
-    assert "| sft | 0 | - | - | - | - | 1.500 | 5 |" in report.memory_table(old)
-    assert "| adrpo | 1 | 10.0 | - | - | - | 2.0 |" in report.time_table(old)
-    captions = [line for line in report.stage_tables(old) if line and not line.startswith("|")]
+    assert stage_tables.edit_table(old) == stage_tables.grounding_table(old) == stage_tables.dominant_table(old) == ""
+    assert "| sft | 0 | - | - | - | - | 1.500 | 5 |" in stage_tables.memory_table(old)
+    assert "| adrpo | 1 | 10.0 | - | - | - | 2.0 |" in stage_tables.time_table(old)
+    captions = [line for line in stage_tables.stage_tables(old) if line and not line.startswith("|")]
     assert len(captions) == 3  # validity, memory, time
 
 

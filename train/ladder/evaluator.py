@@ -19,10 +19,13 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from membuilder.llm import load_chat_model
+from membuilder.llm.embedders import load_embedder
 from membuilder.llm.registry import resolve_chat_path
 from membuilder.plumbing.json_files import atomic_write_text
 from membuilder.plumbing.stats import bootstrap_ci
 from membuilder.training.policy_eval import baseline_summary, evaluate_policy
+from memgym_env.benchmarks.grounding import ground_writer
+from memgym_env.benchmarks.locomo import read_locomo
 from memgym_env.construction.answers import MODEL_FREE_MODES
 from memgym_env.construction.audit import needs_changed_value
 from memgym_env.construction.scoring import SessionScorer, pick_sessions
@@ -99,7 +102,9 @@ class Evaluator:
         memory = cached_json(self.cache(f"{name}-memory"), lambda: self.memory_score(policy, label),
                              valid=lambda m: m.get("memory_settings") == self.memory_settings()
                              and (not self.a.memory_score_world or "memory_accuracy" in m))
-        return {**res, **memory}
+        grounding = cached_json(self.cache(f"{name}-grounding"), lambda: self.real_grounding(policy, label),
+                                valid=lambda g: g.get("settings") == self.grounding_settings())
+        return {**res, **memory, "real_grounding": grounding if grounding.get("all") else None}
 
     def same_sessions(self, res: dict[str, Any]) -> bool:
         """Whether a cached evaluation scored this ladder's held-out sessions with its reward: made with its pick
@@ -180,6 +185,37 @@ class Evaluator:
                 "memory_upper_bound": overall.get("upper_bound"), "memory_random": overall.get("random"),
                 "memory_questions": overall.get("questions"),
                 "memory_score_seconds": round(time.perf_counter() - t0, 1)}
+
+
+    def grounding_settings(self) -> dict[str, Any]:
+        return {"data": self.a.grounding_data, "sessions": self.a.grounding_sessions,
+                **self.memory_settings()}
+
+    def real_grounding(self, policy: str, label: str) -> dict[str, Any]:
+        """The stage's policy writing memory over the first ``grounding_sessions`` sessions of a real conversation
+        (LoCoMo conv-26), and how much of what it wrote is grounded there (``memgym_env.benchmarks.grounding``),
+        with the prompt budget and output limit of the memory score."""
+        settings = self.grounding_settings()
+        path = Path(self.a.grounding_data)
+        if not self.a.grounding_sessions or not path.exists():
+            return {"settings": settings, "all": None,
+                    "skipped": "grounding_sessions is 0" if path.exists() else f"{path} not found"}
+        t0 = time.perf_counter()
+        sessions = read_locomo(path)[0].sessions[:self.a.grounding_sessions]
+        model = self.chat_model(policy) if Path(policy).exists() else load_chat_model(
+            f"{self.a.eval_engine}:{policy}", **({"max_model_len": ENGINE_CONTEXT} if self.a.eval_engine == "vllm" else {}))
+        bar = tqdm(total=len(sessions), desc=f"conv-26 {label}", unit="session", leave=False)
+        try:
+            out = ground_writer(model, sessions, load_embedder("minilm"), max_new_tokens=settings["write_tokens"],
+                                view_k=self.a.construction_config().view_k,
+                                max_prompt_tokens=settings["write_prompt_tokens"], progress=bar.update)
+        finally:
+            bar.close()
+            if hasattr(model, "close"):
+                model.close()
+            del model
+            gc.collect()
+        return {**out, "settings": settings, "seconds": round(time.perf_counter() - t0, 1)}
 
 
 def oracle_over_limit(a: LadderArgs) -> dict[str, Any]:

@@ -211,7 +211,7 @@ def row(stage: str, seed: int, res: dict[str, Any], users: list[str], seconds: f
             "session_changed": {k: changed[k] for k in res["session_keys"] if k in changed} or None,
             "held_out_actions_changed": (held_out_actions({k: o for k, o in outputs.items() if changed.get(k)})
                                          if outputs and any(changed.values()) else None),
-            "grounding": res.get("grounding"), "time_split": time_split,
+            "grounding": res.get("grounding"), "real_grounding": res.get("real_grounding"), "time_split": time_split,
             **{k: res.get(k) for k in MEMORY_FIELDS},
             # per held-out session, so two stages can be compared session by session (a paired bootstrap)
             "session_reward_evidence": dict(zip(res["session_keys"], res["session_rewards"]["evidence"], strict=True)),
@@ -244,7 +244,8 @@ def _scores(r: dict[str, Any]) -> dict[str, Any]:
     return {**{k: r[k] for k in ("valid_rate", "reward_evidence", "reward_evidence_ci", "memory_score",
                                  "memory_score_ci", "held_out_sessions", "held_out_users")},
             **{k: r.get(k) for k in ("reward_mode", "noop_evidence", "gain_evidence", "gain_evidence_ci",
-                                     "oracle_gain_evidence", "memory_accuracy", "memory_accuracy_ci", "grounding")}}
+                                     "oracle_gain_evidence", "memory_accuracy", "memory_accuracy_ci", "grounding")},
+            "real_grounding": {k: v for k, v in (r.get("real_grounding") or {}).items() if k != "examples"} or None}
 
 
 def pooled_rewards(rows: list[dict[str, Any]]) -> dict[str, float]:

@@ -166,6 +166,11 @@ class LadderArgs:
     curve_sessions: int = field(default=12, metadata={"help": "Held-out sessions of each curve point."})
     choice_answerer: str | None = field(default=None, metadata={
         "help": "Answerer of choice-mode scoring (None: evidence mode only; choice mode costs model calls)."})
+    grounding_data: str = field(default="../shared/data/locomo/locomo10_conv-26.json", metadata={
+        "help": "A real conversation (LoCoMo JSON, its first conversation) each stage's policy writes memory over, "
+                "to measure how much of what it writes is grounded there (memgym_env.benchmarks.grounding)."})
+    grounding_sessions: int = field(default=19, metadata={
+        "help": "Sessions of grounding_data written per stage (0: off); cached per stage like the other evaluations."})
     memory_score_world: str = field(default_factory=lambda: {"num_users": 2, "num_periods": 2, "rounds_update": 1,
                                                                "seed": 4242}, metadata={
         "help": "World settings (over configs/env/base.yaml) of the interactive memory score; its users are never "

@@ -18,8 +18,9 @@ from train.ladder.settings import OUTPUT_OPTIONS, RL_STAGES, LadderArgs, flatten
 # Settings a work folder's stages and caches do not depend on: they may change between sittings.
 # eval_engine is free because the evaluation caches are named by engine, eval_session_pick because each cached
 # evaluation and curve point records its pick (one made with another is made again or left out); ``set`` is
-# already in the mappings.
-FREE_SETTINGS = (*OUTPUT_OPTIONS, "seeds", "stage_seeds", "rl_stages", "rollout_logs", "eval_engine", "eval_session_pick", "set")
+# already in the mappings; the grounding measure on a real dialogue is cached per stage with its own settings.
+FREE_SETTINGS = (*OUTPUT_OPTIONS, "seeds", "stage_seeds", "rl_stages", "rollout_logs", "eval_engine", "eval_session_pick",
+                 "grounding_data", "grounding_sessions", "set")
 FREE_FIELDS = ("save_steps",)  # of any stage: how often it checkpoints
 
 # Settings added after work folders were first made, with the value those folders ran under: a settings.json

@@ -1,0 +1,149 @@
+"""The ladder report's per-stage tables: validity, edits where values changed, grounding (held-out and on a
+real dialogue), the interactive evaluation, where the time went and the dominant memory under each rule; each
+fits 80 columns, so a log or a terminal shows every figure whole."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from membuilder.memory.ops import AGENTS
+from membuilder.plumbing import stats
+from train.ladder.policy_actions import EDIT_NAMES
+from train.ladder.rl_signal import ATTRIBUTION_TYPES
+from train.ladder.settings import RL_STAGES
+
+
+def _num(v, fmt: str = ".3f") -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def _md(header: list[str], body: list[list[str]]) -> str:
+    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+                      *("| " + " | ".join(cells) + " |" for cells in body)])
+
+
+def _count(v) -> str:
+    return "-" if v is None else str(int(v))
+
+
+def _min(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds / 60:.1f}"
+
+
+def _changed(r: dict[str, Any]) -> int:
+    """How many held-out sessions changed a state variable a question of theirs needs."""
+    if r.get("session_changed"):
+        return sum(bool(v) for v in r["session_changed"].values())
+    return max((a.get("outputs", 0) for a in r["held_out_actions_changed"].values()), default=0)
+
+
+def edit_table(rows: list[dict[str, Any]]) -> str:
+    """Per row, each agent's share of held-out outputs that edit memory, on the sessions whose answers changed
+    (where keeping memory current takes an edit)."""
+    body = [[r["stage"], str(r["seed"]), str(_changed(r)),
+             *(_num((r["held_out_actions_changed"].get(a) or {}).get("shares", {}).get("edit"), ".2f") for a in AGENTS)]
+            for r in rows if r.get("held_out_actions_changed")]
+    return _md(["stage", "seed", "changed", *AGENTS], body) if body else ""
+
+
+def validity_table(rows: list[dict[str, Any]]) -> str:
+    """Per row, each agent's share of valid held-out outputs."""
+    body = [[r["stage"], str(r["seed"]), *(_num((r.get("valid_rate") or {}).get(a), ".2f") for a in AGENTS)]
+            for r in rows]
+    return _md(["stage", "seed", *AGENTS], body) if body else ""
+
+
+def _grounded(g: dict[str, Any] | None, interval: bool = False) -> str:
+    if not g or not g.get("entries"):
+        return "-"
+    text = f"{g['grounded'] / g['entries']:.2f}"
+    return text + (" [{:.2f}, {:.2f}]".format(*stats.wilson(g["grounded"], g["entries"])) if interval else "")
+
+
+def grounding_table(rows: list[dict[str, Any]]) -> str:
+    """Per row, the share of written entries grounded in what the writer saw: all memories with a Wilson
+    interval, then each memory."""
+    body = [[r["stage"], str(r["seed"]), str((r["grounding"].get("all") or {}).get("entries", 0)),
+             _grounded(r["grounding"].get("all"), True), *(_grounded(r["grounding"].get(a)) for a in AGENTS)]
+            for r in rows if r.get("grounding")]
+    return _md(["stage", "seed", "n", "all [95% CI]", *AGENTS], body) if body else ""
+
+
+def real_grounding_table(rows: list[dict[str, Any]]) -> str:
+    """Per row, the same measure on a real dialogue no stage trained on (LoCoMo conv-26): what the policy writes
+    there, not in its training world."""
+    body = [[r["stage"], str(r["seed"]), str(g["sessions"]), str(g["all"].get("entries", 0)),
+             _grounded(g["all"], True), _num(min(g["valid_rate"].values()), ".2f")]
+            for r in rows if (g := r.get("real_grounding")) and g.get("all")]
+    return _md(["stage", "seed", "sessions", "n", "grounded [95% CI]", "min valid"], body) if body else ""
+
+
+def memory_table(rows: list[dict[str, Any]]) -> str:
+    """Per row, the interactive evaluation: accuracy with its interval, its upper bound and chance, the questions,
+    and the memory score with the cells it rests on and those left out for low headroom."""
+    def cells(r):
+        left = r.get("memory_score_cells_low_headroom")
+        return _count(r.get('memory_score_cells')) + ("" if left is None else f" ({left})")
+
+    def accuracy(r):
+        ci = r.get("memory_accuracy_ci")
+        return _num(r.get("memory_accuracy"), ".2f") + (" [{:.2f}, {:.2f}]".format(*ci) if ci else "")
+
+    body = [[r["stage"], str(r["seed"]), accuracy(r), _num(r.get("memory_upper_bound"), ".2f"),
+             _num(r.get("memory_random"), ".2f"), _count(r.get("memory_questions")), _num(r.get("memory_score")),
+             cells(r)] for r in rows if r.get("memory_accuracy") is not None or r.get("memory_score") is not None]
+    return _md(["stage", "seed", "accuracy [95% CI]", "bound", "random", "qs", "score", "cells (low)"], body) \
+        if body else ""
+
+
+def time_table(rows: list[dict[str, Any]]) -> str:
+    """Per row, minutes of training split into rollout generation, scoring and optimisation (the rest), and
+    minutes of evaluation (held-out sessions and the memory score)."""
+    body = []
+    for r in rows:
+        train, split = r.get("train_seconds"), r.get("time_split")
+        evals = [r[k] for k in ("eval_seconds", "memory_score_seconds") if r.get(k) is not None]
+        if train is None and not evals:
+            continue
+        gen, score = (split["generation_s"], split["scoring_s"]) if split else (None, None)
+        rl = r["stage"] in RL_STAGES
+        optimise = (train - gen - score if split else None) if rl else train
+        body.append([r["stage"], str(r["seed"]), _min(train), _min(gen), _min(score),
+                     _min(None if train is None else optimise), _min(sum(evals) if evals else None)])
+    return _md(["stage", "seed", "train", "generation", "scoring", "optimisation", "evaluation"], body) if body else ""
+
+
+def dominant_table(rows: list[dict[str, Any]]) -> str:
+    """Per RL row and attribution rule, how often each memory type was the dominant one over the run's steps."""
+    body = [[r["stage"], str(r["seed"]), rule, *(f"{shares.get(t, 0.0):.0%}" for t in ATTRIBUTION_TYPES)]
+            for r in rows for rule, shares in sorted(((r.get("train_signal") or {}).get("dominant_by_rule")
+                                                      or {}).items())]
+    return _md(["stage", "seed", "rule", *ATTRIBUTION_TYPES], body) if body else ""
+
+
+STAGE_TABLES = (
+    (validity_table, "Valid outputs per agent, held-out:"),
+    (edit_table, f"Share of held-out outputs that edit memory ({EDIT_NAMES}) on the sessions where a state "
+                 "variable a question needs changed (`changed`: how many):"),
+    (grounding_table, "Written entries grounded in the session or the memory shown: grounded rate over `n` "
+                      "entries, `all` with a 95% Wilson interval, then per memory:"),
+    (real_grounding_table, "Grounding on a real dialogue (LoCoMo conv-26's first sessions, memory written in "
+                           "order): entries grounded, 95% Wilson interval, and the lowest agent's valid-JSON share:"),
+    (memory_table, "Interactive memory evaluation: accuracy [95% Wilson], its upper bound (`bound`), chance "
+                   "(`random`), questions (`qs`); the memory score and its cells, with those left out for "
+                   "low headroom in brackets:"),
+    (time_table, "Where the time went (min): training split into rollout generation, scoring and the rest "
+                 "(optimisation), and evaluation (held-out sessions and memory score):"),
+    (dominant_table, "Dominant memory type per step under each attribution rule (logged whichever rule sets "
+                     "ADRPO's weights), share of rollouts averaged over steps:"),
+)
+
+
+def stage_tables(rows: list[dict[str, Any]]) -> list[str]:
+    """The report's per-stage tables, each under its caption; a table with no row to show is left out."""
+    out = []
+    for make, caption in STAGE_TABLES:
+        text = make(rows)
+        if text:
+            out += ["", caption, "", text]
+    return out
