@@ -12,7 +12,7 @@ from membuilder.llm import load_chat_model
 from membuilder.llm.embedders import load_embedder
 from membuilder.llm.registry import TRAINED_POLICY, constructor_spec
 from memgym_env.demo import job as demo
-from memgym_env.demo.report import as_records, interactive_table, trained_table, write_report
+from memgym_env.demo.report import as_records, constructor_table, interactive_table, write_report
 from memgym_env.demo.tour import DEFAULT_DATA, run_tour
 
 HELP = "The main job end to end: world, MemoryGym-v0, assistants, report."
@@ -72,10 +72,18 @@ def run(args: argparse.Namespace) -> int:
     with console.status(f"loading {args.model}{f', {constructor}' if compare else ''} and {args.embedder}"):
         model, embedder = load_chat_model(args.model), load_embedder(args.embedder)
         writer = load_chat_model(constructor) if compare else model
+    # The trained policy's card names the setting it was trained in: the comparison runs there.
+    setting = demo.policy_setting(constructor) if compare else None
     with demo.Progress([model] + ([writer] if compare else [])) as progress:
         progress.set("world", f"{sizes.users} users x {sizes.periods} periods")
         world = demo.make_world(sizes, args.out, args.seed)
-        rollouts = demo.rollouts(world, sizes, writer, progress, untrained=model if compare else None)
+        comparison = demo.compare_constructors(setting, sizes, {"untrained": (args.model, model),
+                                                                "trained": (constructor, writer)},
+                                               progress, workers=args.workers) if setting else None
+        # A constructor with no card's setting (no packaged policy) writes the demo's own world instead,
+        # beside the untrained base, in the MemoryGym-v0 table.
+        rollouts = demo.rollouts(world, sizes, None if comparison else writer, progress,
+                                 untrained=model if compare and not comparison else None)
         results = demo.interactive(world, sizes, model, embedder, args.model, args.out, progress,
                                    workers=args.workers, policy_model=args.policy_model,
                                    untrained=args.model if compare and sizes.compare_interactive else None,
@@ -86,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
                 "sizes": demo.sizes_dict(sizes), "workers": args.workers, "world": str(world), "cpus": os.cpu_count(),
                 "load_average": [round(x, 2) for x in load], "model_calls": progress.calls(),
                 "wall_s": time.perf_counter() - started}
-        paths = write_report(args.out, meta, rollouts, results)
+        paths = write_report(args.out, meta, rollouts, results, comparison)
 
     # One block per row, wrapped between figures: a table as wide as these cut every figure at 80 columns.
     # Titles are printed as text (rich wraps it at spaces); a rule would cut a long title with an ellipsis.
@@ -95,10 +103,12 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"\nMemGym demo ({preset}, {meta['wall_s']:.0f} s, {meta['model_calls']} model calls, "
                   f"{args.model} on {meta['engine']})", style="bold", **plain)
     console.print(as_records(interactive_table(results), width), soft_wrap=True, **plain)
-    if compare:
-        console.print("\nMemBuilder's memory constructor: untrained vs trained (same world, same answerer)",
+    if comparison:
+        console.print(f"\nMemBuilder's memory constructor: untrained vs trained ({len(comparison['session_keys'])} "
+                      f"held-out sessions in the trained policy's setting, {comparison['max_new_tokens']} tokens)",
                       style="bold", **plain)
-        console.print(as_records(trained_table(meta, rollouts, results), width), soft_wrap=True, **plain)
+        console.print(as_records(constructor_table(comparison, results), width), soft_wrap=True, **plain)
+        console.print(comparison["verdict"], style="bold", **plain)
     built = ", ".join(f"{n} {r['mean_reward']:.2f}" for n, r in rollouts.items())
     console.print(f"MemoryGym-v0 mean reward per session: {built}")
     for name, path in paths.items():

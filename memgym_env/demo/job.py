@@ -6,16 +6,25 @@ them into ``report.json``, ``report.md`` and the plots. ``Progress`` is the live
 
 from __future__ import annotations
 
+import json
+import multiprocessing
+import os
+import queue
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from membuilder.agents.constructor import MemBuilderPolicy
+from membuilder.llm import load_chat_model
 from membuilder.llm.base import Sampling
-from membuilder.llm.registry import TRAINED_POLICY
+from membuilder.llm.checkpoints import policy_dir
+from membuilder.llm.registry import TRAINED_POLICIES, TRAINED_POLICY, parse_spec, resolve_chat_path
 from membuilder.memory.ops import AGENTS
+from membuilder.plumbing.stats import bootstrap_ci, paired_difference
+from membuilder.training.policy_eval import evaluate_policy
 from memgym_env.construction.env import ConstructionConfig, MemoryGymEnv
+from memgym_env.construction.scoring import SessionScorer
 from memgym_env.interactive.runner import RunConfig, evaluate_one, load_constructor
 from memgym_env.interactive.workers import evaluate_parallel
 from memgym_env.world import generate_world, load_config, read_world, write_world
@@ -41,21 +50,27 @@ class DemoSizes:
     on_policy: bool = field(metadata={"help": "assistants converse with the simulated user (else: replay the world's sessions)"})
     changes_per_period: int = 1  # state changes per update period: fewer changes, fewer sessions
     compare_interactive: bool = False  # play the untrained MemBuilder constructor interactively too (else MemoryGym-v0 only)
+    # The constructor comparison: sessions of the trained policy's held-out users, in its card's setting.
+    held_out_users: int = 4
+    held_out_sessions: int = 6  # per user, spread over the periods
+    held_out_tokens: int | None = None  # cap on the card's output tokens (QUICK only: a smoke run, not a measure)
     reply_tokens: int = 16
     write_tokens: int = 32
     top_k: int = 5
 
 
 # Measured on 2 CPU cores (see README): QUICK about 90 s, DEFAULT about 6 minutes (2 workers); goals 2 and 10.
-# DEFAULT's MemoryGym-v0 MemBuilder rows write one session at 160 tokens per agent (the trained
-# policy's completion length in training; shorter outputs cut every JSON answer), about 25 s each.
+# The constructor comparison is the demo's heaviest stage and keeps the trained policy's own setting
+# (24 held-out sessions at 256-token outputs, one process per constructor), so DEFAULT's interactive
+# part is what gives way: 2 users x 3 periods, both constructors played.
 QUICK = DemoSizes(users=1, periods=2, questions=1, rollout_sessions=3, policy_sessions=1, policy_tokens=16,
-                  eval_users=1, on_policy=False, write_tokens=16, top_k=3)
-DEFAULT = DemoSizes(users=3, periods=4, questions=2, rollout_sessions=6, policy_sessions=1, policy_tokens=160,
-                    eval_users=2, on_policy=True, write_tokens=24)
+                  eval_users=1, on_policy=False, write_tokens=16, top_k=3, held_out_users=1, held_out_sessions=2,
+                  held_out_tokens=32)
+DEFAULT = DemoSizes(users=2, periods=3, questions=2, rollout_sessions=6, policy_sessions=1, policy_tokens=160,
+                    eval_users=2, on_policy=True, write_tokens=24, compare_interactive=True)
 FULL = DemoSizes(users=3, periods=4, questions=4, rollout_sessions=16, policy_sessions=16, policy_tokens=256,
                  eval_users=3, on_policy=True, changes_per_period=4, reply_tokens=48, write_tokens=128, top_k=10,
-                 compare_interactive=True)
+                 compare_interactive=True, held_out_users=8)
 PRESETS = {"quick": QUICK, "default": DEFAULT, "full": FULL}
 
 
@@ -112,14 +127,17 @@ def make_world(sizes: DemoSizes, out: Path, seed: int) -> Path:
 
 def rollouts(world: Path, sizes: DemoSizes, model, progress: Progress, untrained=None) -> dict[str, Any]:
     """MemoryGym-v0 on the first user with each policy; per-agent rewards per session. ``model``
-    writes the membuilder policy's memory; ``untrained`` (a model) adds the ``membuilder-untrained`` row."""
+    writes the membuilder policy's memory (None: no membuilder row, where ``compare_constructors``
+    measures the constructors in their own setting); ``untrained`` (a model) adds the
+    ``membuilder-untrained`` row."""
     env = MemoryGymEnv(ConstructionConfig(world_path=str(world), answer_mode="evidence", questions_per_session=3))
     sampling = Sampling(temperature=0.0, max_new_tokens=sizes.policy_tokens)
-    writers = {"membuilder": MemBuilderPolicy(model, sampling)}
+    writers = {"membuilder": MemBuilderPolicy(model, sampling)} if model is not None else {}
     if untrained is not None:
         writers[UNTRAINED] = MemBuilderPolicy(untrained, sampling)
     out: dict[str, Any] = {}
-    for name in POLICIES + ((UNTRAINED,) if untrained is not None else ()):
+    names = [p for p in POLICIES if p != "membuilder" or model is not None] + ([UNTRAINED] if untrained is not None else [])
+    for name in names:
         obs, info = env.reset(seed=0, options={"episode": 0})
         total = min(sizes.policy_sessions if name in writers else sizes.rollout_sessions, info["num_sessions"])
         steps = []
@@ -185,3 +203,196 @@ def interactive(world: Path, sizes: DemoSizes, model, embedder, model_spec: str,
 
 def sizes_dict(sizes: DemoSizes) -> dict[str, Any]:
     return asdict(sizes)
+
+
+# --- The constructor comparison, in the setting the shipped policy was trained in -----------------
+
+REPO = Path(__file__).resolve().parents[2]  # configs/ paths in a policy card are relative to the repository
+
+
+def parse_users(spec: str) -> list[int]:
+    """User indices from a card's ``"8-15"`` or ``"0,2,5-7"`` (train.common reads the same format,
+    but the environment never imports the trainer)."""
+    users: list[int] = []
+    for part in str(spec).split(","):
+        part = part.strip()
+        try:
+            if "-" in part:
+                a, b = part.split("-")
+                users += list(range(int(a), int(b) + 1))
+            elif part:
+                users.append(int(part))
+        except ValueError:
+            raise ValueError(f"users {spec!r}: expected numbers and ranges such as '8-15' or '0,2,5'") from None
+    return users
+
+
+def policy_setting(constructor: str) -> dict[str, Any] | None:
+    """The ``setting`` key of a packaged policy's card (world config, overrides, train and held-out
+    users, token limits), or None where ``constructor`` is no packaged policy or its card has none."""
+    name = parse_spec(constructor).model.lower()
+    card = policy_dir(name) / "card.json" if name in TRAINED_POLICIES else None
+    if card is None or not card.is_file():
+        return None
+    setting = json.loads(card.read_text(encoding="utf-8")).get("setting")
+    return dict(setting) if setting else None
+
+
+def _repo_path(path: str | None) -> str | None:
+    """A relative configs/ path as given where it exists from here, else under the repository."""
+    if path is None or Path(path).is_absolute() or Path(path).exists():
+        return path
+    return str(REPO / path) if (REPO / path).exists() else path
+
+
+def setting_config(setting: dict[str, Any]) -> ConstructionConfig:
+    """The card's MemoryGym-v0 config, readable from any working directory."""
+    cfg = ConstructionConfig.from_yaml(_repo_path(setting["env_config"]), **dict(setting.get("env_overrides") or {}))
+    return replace(cfg, world_config=_repo_path(cfg.world_config))
+
+
+def held_out_scorer(setting: dict[str, Any], users: int, sessions: int) -> SessionScorer:
+    """``sessions`` sessions of each of the first ``users`` held-out users, spread over the periods
+    (a user's first sessions start from an empty memory: they alone would only test writing from nothing)."""
+    held_out = parse_users(setting["held_out_users"])
+    if len(held_out) < users:
+        raise ValueError(f"the policy card holds out {len(held_out)} users ({setting['held_out_users']}); "
+                         f"the demo asks for {users}")
+    return SessionScorer(setting_config(setting), users=held_out[:users], max_sessions_per_user=sessions,
+                         pick="every_period")
+
+
+def _generator(chat, spec: str):
+    """What ``evaluate_policy`` generates with, and its tokenizer: a transformers ``ChatModel``'s own
+    model (batched there, with progress per batch), any other ``ChatModel`` as it is."""
+    if getattr(chat, "model", None) is not None and getattr(chat, "tokenizer", None) is not None:
+        return chat.model, chat.tokenizer
+    from transformers import AutoTokenizer
+
+    return chat, AutoTokenizer.from_pretrained(resolve_chat_path(parse_spec(spec).model))
+
+
+def _summary(rewards: dict[str, float]) -> dict[str, Any]:
+    values = list(rewards.values())
+    return {"mean_reward": sum(values) / max(len(values), 1), "ci": bootstrap_ci(values), "n": len(values)}
+
+
+def verdict(difference: dict[str, Any] | None) -> str:
+    """One plain sentence on whether training shows, from the paired difference's interval."""
+    if not difference or not difference.get("ci"):
+        return "trained > untrained: not shown: no session was scored"
+    lo, hi = difference["ci"]
+    if lo > 0:
+        return "trained > untrained: yes (interval above zero)"
+    where = "below zero" if hi < 0 else "zero inside the interval"
+    return (f"trained > untrained: not shown: trained - untrained {difference['mean']:+.3f}, 95% CI "
+            f"[{lo:.3f}, {hi:.3f}] over {difference['n']} sessions ({where})")
+
+
+def evaluate_constructor(spec: str, chat, scorer: SessionScorer, setting: dict[str, Any],
+                         progress=None) -> dict[str, Any]:
+    """One constructor greedily writing every session of ``scorer`` at the setting's token limits
+    (``evaluate_policy`` in 16-prompt batches): its per-session rewards, validity, grounding, outputs,
+    and the no-op's and oracle's rewards on the same sessions."""
+    keys = scorer.session_keys()
+    model, tokenizer = _generator(chat, spec)
+    res = evaluate_policy(model, tokenizer, {"reward": scorer}, keys, max_new_tokens=int(setting["max_completion_tokens"]),
+                          max_prompt_tokens=setting.get("max_prompt_tokens"), batch_size=16, progress=progress)
+    rewards = dict(zip(keys, res["session_rewards"]["reward"], strict=True))
+    return {"spec": spec, **_summary(rewards), "valid_rate": res["valid_rate"], "cut_rate": res["cut_rate"],
+            "grounding": res["grounding"]["all"], "session_rewards": rewards, "outputs": res["outputs"],
+            **{name: dict(zip(keys, res[f"session_{name}"]["reward"], strict=True)) for name in ("noop", "oracle")}}
+
+
+def _constructor_worker(label: str, spec: str, setting: dict[str, Any], users: int, sessions: int, threads: int,
+                        events) -> None:
+    """A spawned process evaluating one constructor; it reports ``(kind, label, payload)`` on ``events``."""
+    os.environ["MEMGYM_TORCH_THREADS"] = str(threads)
+    try:
+        chat = load_chat_model(spec, threads=threads)
+        scorer = held_out_scorer(setting, users, sessions)
+        events.put(("progress", label, 0))
+        events.put(("done", label, evaluate_constructor(spec, chat, scorer, setting,
+                                                        lambda n: events.put(("progress", label, n)))))
+    except BaseException as exc:  # the parent raises it: a worker's traceback would be lost in the live display
+        events.put(("error", label, f"{type(exc).__name__}: {exc}"))
+
+
+def _evaluate_in_workers(setting: dict[str, Any], sizes: DemoSizes, writers: dict[str, tuple[str, Any]],
+                         progress: Progress, total: int) -> dict[str, dict[str, Any]]:
+    """Each constructor in its own spawned process of one torch thread (the cores work side by side;
+    fork would copy a process that may hold torch threads)."""
+    ctx = multiprocessing.get_context("spawn")
+    events = ctx.Queue()
+    procs = [ctx.Process(target=_constructor_worker, daemon=True,
+                         args=(label, spec, setting, sizes.held_out_users, sizes.held_out_sessions, 1, events))
+             for label, (spec, _) in writers.items()]
+    for p in procs:
+        p.start()
+    done: dict[str, int] = dict.fromkeys(writers, 0)
+    built: dict[str, dict[str, Any]] = {}
+    try:
+        while len(built) < len(writers):
+            try:
+                kind, label, payload = events.get(timeout=5)
+            except queue.Empty:
+                if not any(p.is_alive() for p in procs):
+                    raise RuntimeError("a constructor evaluation process ended without a result") from None
+                continue
+            if kind == "error":
+                raise RuntimeError(f"evaluating the {label} constructor: {payload}")
+            if kind == "done":
+                built[label] = payload
+            else:
+                done[label] += payload
+            progress.set("constructors · " + ", ".join(writers),
+                         "  ".join(f"{k} {'done' if k in built else f'{v}/{total}'}" for k, v in done.items()))
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.terminate()
+    return {label: built[label] for label in writers}
+
+
+def compare_constructors(setting: dict[str, Any], sizes: DemoSizes, writers: dict[str, tuple[str, Any]],
+                         progress: Progress, workers: int = 1) -> dict[str, Any]:
+    """The trained and the untrained constructor writing the same held-out sessions of the policy's
+    own setting, greedily at its token limits; ``writers`` is ``{"untrained": (spec, chat model),
+    "trained": (spec, chat model)}``. With ``workers`` > 1 each constructor runs in its own process
+    (loading its model again there). Per constructor: mean session reward with its 95% bootstrap
+    interval and n, JSON validity per agent, grounding; the no-op and oracle rewards of the same
+    sessions; trained - untrained paired by session, and the verdict."""
+    total = 4 * sizes.held_out_users * sizes.held_out_sessions
+    card_tokens = int(setting["max_completion_tokens"])
+    if sizes.held_out_tokens is not None:
+        setting = {**setting, "max_completion_tokens": min(card_tokens, sizes.held_out_tokens)}
+    progress.set("constructors · held-out sessions", f"{sizes.held_out_users} users x {sizes.held_out_sessions} sessions")
+    if workers > 1 and len(writers) > 1:
+        built = _evaluate_in_workers(setting, sizes, writers, progress, total)
+    else:
+        scorer = held_out_scorer(setting, sizes.held_out_users, sizes.held_out_sessions)
+        built = {}
+        for label, (spec, chat) in writers.items():
+            done = [0]
+
+            def step(n: int, label=label, done=done) -> None:
+                done[0] += n
+                progress.set(f"constructors · {label}", f"outputs {done[0]}/{total}")
+
+            built[label] = evaluate_constructor(spec, chat, scorer, setting, step)
+    keys = list(next(iter(built.values()))["session_rewards"])
+    out: dict[str, Any] = {"setting": setting, "users": sorted({k.split("/")[0] for k in keys}), "session_keys": keys,
+                           "max_new_tokens": int(setting["max_completion_tokens"]),
+                           "card_max_completion_tokens": card_tokens,
+                           "max_prompt_tokens": setting.get("max_prompt_tokens"), "constructors": {}}
+    for label, c in built.items():
+        out["constructors"][label] = {k: v for k, v in c.items() if k not in ("noop", "oracle")}
+    # The no-op and the oracle depend on the sessions alone: any constructor's evaluation gives them.
+    first = next(iter(built.values()))
+    for name in ("noop", "oracle"):
+        out[name] = _summary(first[name])
+    if {"trained", "untrained"} <= built.keys():
+        out["difference"] = paired_difference(built["untrained"]["session_rewards"], built["trained"]["session_rewards"])
+        out["verdict"] = verdict(out["difference"])
+    return out

@@ -63,33 +63,48 @@ def test_demo_report_shows_the_untrained_and_the_trained_constructor_side_by_sid
     trained = load_chat_model(TRAINED_POLICY, threads=1 if (os.cpu_count() or 1) <= 2 else None)
     with demo.Progress([model, trained]) as progress:
         world = demo.make_world(sizes, tmp_path, seed=7)
-        rollouts = demo.rollouts(world, sizes, trained, progress, untrained=model)
+        # The constructors are compared in the policy's own setting: MemoryGym-v0 on the demo's world keeps
+        # the oracle and the empty policy only.
+        rollouts = demo.rollouts(world, sizes, None, progress)
         results = demo.interactive(world, sizes, model, embedder, "smollm2-135m", tmp_path, progress,
                                    assistants=("membuilder",), untrained="smollm2-135m",
                                    constructors={TRAINED_POLICY: trained})
-    assert list(rollouts) == [*demo.POLICIES, demo.UNTRAINED] and list(results) == ["membuilder", demo.UNTRAINED]
+    assert list(rollouts) == ["oracle", "empty"] and list(results) == ["membuilder", demo.UNTRAINED]
     assert results["membuilder"]["constructor"] == TRAINED_POLICY
     assert results[demo.UNTRAINED]["constructor"] == results[demo.UNTRAINED]["model"] == "smollm2-135m"
     assert results["membuilder"]["usage_by_stage"]["write"]["calls"] > 0  # the trained model's calls are booked
     meta = {"model": "smollm2-135m", "constructor": TRAINED_POLICY, "untrained_constructor": "smollm2-135m",
             "embedder": "minilm", "preset": "test", "seed": 7, "sizes": demo.sizes_dict(sizes), "world": str(world),
             "cpus": 2, "load_average": [0, 0, 0], "model_calls": progress.calls(), "wall_s": 1.0}
-    paths = write_report(tmp_path, meta, rollouts, results)
+    built = {label: {"spec": spec, "n": 2, "mean_reward": 0.1, "ci": [0.0, 0.2], "grounding": {"entries": 0},
+                     "valid_rate": dict.fromkeys(("core", "episodic", "semantic", "procedural"), 1.0)}
+             for label, spec in (("untrained", "smollm2-135m"), ("trained", TRAINED_POLICY))}
+    comparison = {"setting": demo.policy_setting(TRAINED_POLICY), "users": ["u"], "session_keys": ["u/a", "u/b"],
+                  "max_new_tokens": 256, "max_prompt_tokens": 384, "constructors": built,
+                  "noop": {"mean_reward": 0.0, "ci": [0.0, 0.0], "n": 2},
+                  "oracle": {"mean_reward": 0.5, "ci": [0.4, 0.6], "n": 2},
+                  "difference": {"mean": 0.0, "ci": [0.0, 0.0], "n": 2},
+                  "verdict": "trained > untrained: not shown: trained - untrained +0.000"}
+    paths = write_report(tmp_path, meta, rollouts, results, comparison)
     md = paths["report.md"].read_text()
     section = md.split("untrained vs trained", 1)[1].split("## Interactive", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| smollm2")]
     assert [r.split(" | ")[0] for r in rows] == ["| smollm2-135m (untrained)", f"| {TRAINED_POLICY} (trained)"]
-    assert all(f"| {sizes.policy_sessions} |" in r and "| 2 (1 users) |" in r for r in rows)
+    assert all("| 2 | 0.100 | [0.000, 0.200] |" in r and "| 2 (1 users) |" in r for r in rows)
+    assert "**trained > untrained: not shown:" in section and "| no-op (writes nothing) | 2 | 0.000 |" in section
     report = json.loads(paths["report.json"].read_text())
     assert report["interactive"]["membuilder"]["constructor"] == TRAINED_POLICY
+    assert report["constructors"]["difference"]["n"] == 2
 
-    # The default preset plays the untrained constructor in MemoryGym-v0 only: the table keeps both rows.
+    # Without the interactive untrained run the table keeps both constructors, with no interactive columns.
     only_trained = {k: v for k, v in results.items() if k != demo.UNTRAINED}
-    md = write_report(tmp_path / "default", meta, rollouts, only_trained)["report.md"].read_text()
+    md = write_report(tmp_path / "default", meta, rollouts, only_trained, comparison)["report.md"].read_text()
     section = md.split("untrained vs trained", 1)[1].split("## Interactive", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| smollm2")]
     assert len(rows) == 2 and "interactive cells" not in section and "--policy-model smollm2-135m" in section
-    assert not demo.DEFAULT.compare_interactive and demo.FULL.compare_interactive
+    # Without a comparison (a model with no policy card) there is no such section.
+    assert "untrained vs trained" not in write_report(tmp_path / "none", meta, rollouts, results)["report.md"].read_text()
+    assert demo.DEFAULT.compare_interactive and demo.FULL.compare_interactive
 
 
 def test_the_demo_table_gives_questions_and_intervals_and_the_report_its_notes():
