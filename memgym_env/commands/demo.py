@@ -12,7 +12,7 @@ from membuilder.llm import load_chat_model
 from membuilder.llm.embedders import load_embedder
 from membuilder.llm.registry import TRAINED_POLICY, constructor_spec
 from memgym_env.demo import job as demo
-from memgym_env.demo.report import as_records, constructor_table, interactive_table, write_report
+from memgym_env.demo.report import as_records, constructor_table, interactive_table, wrap_whole, write_report
 from memgym_env.demo.tour import DEFAULT_DATA, run_tour
 
 HELP = "The main job end to end: world, MemoryGym-v0, assistants, report."
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
                       f"held-out sessions in the trained policy's setting, {comparison['max_new_tokens']} tokens)",
                       style="bold", **plain)
         console.print(as_records(constructor_table(comparison, results), width), soft_wrap=True, **plain)
-        console.print(comparison["verdict"], style="bold", **plain)
+        console.print(wrap_whole(comparison["verdict"], width), style="bold", soft_wrap=True, **plain)
     built = ", ".join(f"{n} {r['mean_reward']:.2f}" for n, r in rollouts.items())
     console.print(f"MemoryGym-v0 mean reward per session: {built}")
     for name, path in paths.items():

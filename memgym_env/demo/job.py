@@ -59,15 +59,16 @@ class DemoSizes:
     top_k: int = 5
 
 
-# Measured on 2 CPU cores (see README): QUICK about 90 s, DEFAULT about 6 minutes (2 workers); goals 2 and 10.
+# Goals on 2 CPU cores: QUICK 2 minutes, DEFAULT 10 (see README for the measured times and load).
 # The constructor comparison is the demo's heaviest stage and keeps the trained policy's own setting
-# (24 held-out sessions at 256-token outputs, one process per constructor), so DEFAULT's interactive
-# part is what gives way: 2 users x 3 periods, both constructors played.
+# (24 held-out sessions at 256-token outputs, one process per constructor: the untrained one, whose
+# outputs run to the limit, sets its length), so DEFAULT's interactive part is what gives way:
+# 2 users x 2 periods, MemBuilder played with the trained constructor only (FULL plays both).
 QUICK = DemoSizes(users=1, periods=2, questions=1, rollout_sessions=3, policy_sessions=1, policy_tokens=16,
                   eval_users=1, on_policy=False, write_tokens=16, top_k=3, held_out_users=1, held_out_sessions=2,
                   held_out_tokens=32)
-DEFAULT = DemoSizes(users=2, periods=3, questions=2, rollout_sessions=6, policy_sessions=1, policy_tokens=160,
-                    eval_users=2, on_policy=True, write_tokens=24, compare_interactive=True)
+DEFAULT = DemoSizes(users=2, periods=2, questions=2, rollout_sessions=6, policy_sessions=1, policy_tokens=160,
+                    eval_users=2, on_policy=True, write_tokens=24)
 FULL = DemoSizes(users=3, periods=4, questions=4, rollout_sessions=16, policy_sessions=16, policy_tokens=256,
                  eval_users=3, on_policy=True, changes_per_period=4, reply_tokens=48, write_tokens=128, top_k=10,
                  compare_interactive=True, held_out_users=8)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +152,12 @@ def as_records(rows: list[list[str]], width: int = 80) -> str:
             lines.append(line)
         blocks.append("\n".join(lines))
     return "\n".join(blocks)
+
+
+def wrap_whole(text: str, width: int = 80) -> str:
+    """A sentence wrapped at spaces, never inside a bracketed interval (``[0.012, 0.050]`` stays on one line)."""
+    glued = re.sub(r"\[[^\]]*\]", lambda m: m.group(0).replace(" ", "\u00a0"), text)
+    return "\n".join(textwrap.wrap(glued, width, break_long_words=False, break_on_hyphens=False)).replace("\u00a0", " ")
 
 
 def markdown(rows: list[list[str]]) -> str:

@@ -9,7 +9,7 @@ import pytest
 
 from membuilder.llm.registry import TRAINED_POLICY
 from memgym_env.demo import job as demo
-from memgym_env.demo.report import as_records, constructor_section, constructor_table
+from memgym_env.demo.report import as_records, constructor_section, constructor_table, wrap_whole
 
 
 def test_the_shipped_card_names_its_setting_and_the_default_preset_keeps_it():
@@ -111,3 +111,10 @@ def test_the_constructor_rows_stay_whole_at_80_columns_and_in_a_log():
                                         "untrained_constructor": "smollm2-135m"}, comparison, results))
     assert "24 held-out sessions" in md and "configs/env/construction_cpu.yaml" in md and "256 tokens" in md
     assert "**trained > untrained: yes (interval above zero)**" in md
+
+
+def test_the_verdict_wraps_at_80_columns_without_splitting_its_interval():
+    sentence = demo.verdict({"mean": 0.0123, "ci": [-0.0456, 0.0789], "n": 24})
+    lines = wrap_whole(sentence, 80).splitlines()
+    assert len(lines) > 1 and max(map(len, lines)) <= 80 and " ".join(lines) == sentence
+    assert any("[-0.046, 0.079]" in line for line in lines)
