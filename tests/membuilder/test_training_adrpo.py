@@ -18,9 +18,9 @@ from membuilder.memory.ops import AGENTS, SEARCHABLE_AGENTS  # noqa: E402
 from membuilder.reward import CandidateReward  # noqa: E402
 from membuilder.training.adrpo import (  # noqa: E402
     ADRPOConfig,
-    accumulation_for,
     ADRPOTrainer,
     SessionRepeatSampler,
+    accumulation_for,
     group_advantages,
     trim_rollout_log,
     weight_advantages,
@@ -466,3 +466,30 @@ def test_under_gradient_checkpointing_the_loss_runs_trls_pass_and_its_logps_hold
     trl, _, _ = GRPOTrainer._get_per_token_logps_and_entropies(trainer, trainer.model, ids, mask, keep)
     real = batch["completion_mask"].bool()
     assert torch.allclose(ours[real], trl[real]) and torch.allclose(ours[real], plain[real], atol=1e-4)
+
+
+def test_the_kl_reference_of_a_continued_adapter_is_that_adapter_not_the_base_model(tokenizer, tmp_path):
+    """RL continues the SFT adapter; with beta > 0 the KL term must pull towards SFT. TRL keeps a frozen copy
+    of the adapter ("ref") for that, so at the first step the reference log-probs are the policy's own, and
+    not those of the base model under it (the ladder's sweep relies on it)."""
+    from peft import LoraConfig, get_peft_model
+
+    scorer = LengthScorer.from_texts(SESSIONS)
+    args = _args(tmp_path, beta=0.02, max_steps=1)
+    rows = rl_rows(scorer.session_keys(), scorer.observation, token_counter(tokenizer), args.max_prompt_tokens)
+    # a random, non-zero adapter changes the outputs, as a trained SFT adapter does
+    model = get_peft_model(tiny_llama(tokenizer), LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False))
+    trainer = ADRPOTrainer(model=model, args=args, scorer=scorer, train_dataset=Dataset.from_list(rows),
+                           processing_class=tokenizer)
+    assert "ref" in trainer.model.peft_config
+    out = trainer._generate_and_score_completions(next(iter(trainer.get_train_dataloader())))
+    ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+    mask = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+    keep = out["completion_ids"].size(1)
+    with torch.no_grad():
+        policy, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, keep)
+        with trainer.model.disable_adapter():
+            base, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, keep)
+    real = out["completion_mask"].bool()
+    assert torch.allclose(out["ref_per_token_logps"][real], policy[real], atol=1e-4)
+    assert (base[real] - policy[real]).abs().max() > 1e-2
