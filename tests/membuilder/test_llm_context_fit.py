@@ -9,7 +9,13 @@ import pytest
 
 from membuilder.agents.constructor import MemBuilderPolicy, render_prompt
 from membuilder.llm.base import Sampling
-from membuilder.llm.context_fit import MARK, PromptTooLong, fit_conversation, model_context_length, prompt_budget
+from membuilder.llm.context_fit import (
+    MARK,
+    PromptTooLong,
+    fit_conversation,
+    model_context_length,
+    prompt_budget,
+)
 from membuilder.llm.transformers_backend import TransformersChatModel
 from membuilder.llm.vllm_backend import CPU_FALLBACK_CONTEXT, cpu_context_length
 from tests.llm_models import smollm2

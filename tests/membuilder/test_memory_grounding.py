@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from membuilder.memory.grounding import GROUNDED_SHARE, Grounding, content_words, grounded_share, written_units
+from membuilder.memory.grounding import (
+    GROUNDED_SHARE,
+    Grounding,
+    content_words,
+    grounded_share,
+    written_units,
+)
 from membuilder.memory.ops import parse
 from membuilder.training.policy_eval import grounding_of
 
