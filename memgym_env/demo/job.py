@@ -51,7 +51,7 @@ class DemoSizes:
     changes_per_period: int = 1  # state changes per update period: fewer changes, fewer sessions
     compare_interactive: bool = False  # play the untrained MemBuilder constructor interactively too (else MemoryGym-v0 only)
     # The constructor comparison: sessions of the trained policy's held-out users, in its card's setting.
-    held_out_users: int = 4
+    held_out_users: int = field(default=4, metadata={"help": "held-out users of the policy card whose sessions the constructors write"})
     held_out_sessions: int = 6  # per user, spread over the periods
     held_out_tokens: int | None = None  # cap on the card's output tokens (QUICK only: a smoke run, not a measure)
     reply_tokens: int = 16

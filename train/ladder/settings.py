@@ -116,7 +116,7 @@ class LadderArgs:
         "help": "ConstructionConfig fields over env_config, for every stage (over each stage config's own "
                 "env_overrides, under the stage's overrides) and the evaluation."})
     stages: str = field(default_factory=_default_stages, metadata={
-        "help": "Per stage (sft, adrpo, grpo): `config`, the entry point's YAML (train/sft.py's, train/adrpo.py's), "
+        "help": "Per stage (sft and the RL stages adrpo, grpo, adrpo_retrieval): `config`, the entry point's YAML (train/sft.py's, train/adrpo.py's), "
                 "and `overrides`, fields of that config set over it (a stage's env_overrides are merged key by key). "
                 "Change one with --set stages.NAME.overrides.FIELD=VALUE."})
     train_users: str = field(default="0-7", metadata={"help": "Users whose sessions SFT and RL see (each stage's "
@@ -176,7 +176,8 @@ class LadderArgs:
         "help": "World settings (over configs/env/base.yaml) of the interactive memory score; its users are never "
                 "trained on. {} = off."})
     adapter_out: str | None = field(default="membuilder/policies/smollm2-135m-memgym", metadata={
-        "help": "Where the first seed's ADRPO adapter ships (bf16, with card.json); None: not exported."})
+        "help": "Where the shipped policy goes (bf16, with card.json): the first seed of the stage with the best "
+                "held-out reward pooled over seeds; None (or a ladder on another's SFT stage): not exported."})
     report_only: bool = field(default=False, metadata={
         "help": "Train and evaluate nothing: rewrite the results from the stages already finished in work_dir "
                 "(a ladder stopped part-way reports what it has)."})
