@@ -8,6 +8,7 @@ import os
 import shutil
 
 import pytest
+import yaml
 
 pytest.importorskip("trl")
 
@@ -16,6 +17,7 @@ from membuilder.plumbing.stats import bootstrap_ci, separated  # noqa: E402
 from membuilder.training.tiny import byte_tokenizer, tiny_llama  # noqa: E402
 from memgym_env.world import generate_world, load_config  # noqa: E402
 from train.ladder import run as ladder  # noqa: E402
+from train.ladder import sweep  # noqa: E402
 from train.ladder.curve_callback import CurveCallback  # noqa: E402
 from train.ladder.report import (  # noqa: E402
     paired_difference,
@@ -40,15 +42,16 @@ def tiny_path(tmp_path_factory):
 
 def _rl(**fields) -> list[str]:
     """``--set`` changes of both RL stages alike."""
-    return [f"stages.{stage}.overrides.{k}={v}" for stage in ("adrpo", "grpo") for k, v in fields.items()]
+    return [f"stages.{stage}.overrides.{k}={v}" for stage in ("adrpo", "grpo", "adrpo_retrieval")
+            for k, v in fields.items()]
 
 
 def _argv(tiny_path, tmp_path):
     return ["--config", "configs/train/ladder_smollm2_cpu.yaml", "--model_name_or_path", tiny_path,
-            "--env_overrides", '{"world_overrides": {"num_users": 4, "num_periods": 1}}',
+            "--env_overrides", json.dumps({"world_overrides": WORLD}),
             "--train_users", "0-1", "--held_out_users", "3", "--eval_sessions_per_user", "3",
             "--seeds", "0", "1", "--curve_every", "1", "--curve_sessions", "2", "--max_completion_tokens", "8",
-            "--eval_engine", "transformers",
+            "--eval_engine", "transformers", "--grounding_sessions", "2",
             "--memory_score_world", '{"num_users": 1, "num_periods": 0, "seed": 7}',
             "--adapter_out", str(tmp_path / "shipped"),
             "--work_dir", str(tmp_path / "work"), "--results_dir", str(tmp_path / "results"),
@@ -56,7 +59,16 @@ def _argv(tiny_path, tmp_path):
             # the trainer's own generation: vLLM cannot load the tiny model, and tests/engine_vllm runs the ladder's
             # RL stage with the engine
             *_rl(max_sessions_per_user=1, max_steps=2, num_generations=2, per_device_train_batch_size=2,
-                 use_vllm="false")]
+                 sessions_per_step=1, use_vllm="false")]
+
+
+def timeless(rows):
+    """Rows without the seconds an evaluation took (an evaluation made again takes other seconds)."""
+    return [{k: v for k, v in r.items() if k not in ("eval_seconds", "memory_score_seconds")} for r in rows]
+
+
+# The shipped ladder's world (tracks_change reward, varied wording), small
+WORLD = {"num_users": 4, "num_periods": 1, "rounds_update": 1, "wording": "varied"}
 
 
 def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, tmp_path, monkeypatch):
@@ -64,17 +76,27 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
     rows = ladder.main(_argv(tiny_path, tmp_path))
     saved = json.loads((tmp_path / "results" / "ladder.json").read_text())
     assert saved == json.loads(json.dumps(rows))
+    # the published attribution rule runs the first seed only (stage_seeds)
     assert [(r["stage"], r["seed"]) for r in saved] == [
-        ("base", 0), ("sft", 0), ("adrpo", 0), ("grpo", 0), ("adrpo", 1), ("grpo", 1)]
-    world = generate_world(load_config("configs/env/base.yaml", overrides={"num_users": 4, "num_periods": 1,
-                                                                           "rounds_update": 1}))
+        ("base", 0), ("sft", 0), ("adrpo", 0), ("grpo", 0), ("adrpo_retrieval", 0), ("adrpo", 1), ("grpo", 1)]
+    world = generate_world(load_config("configs/env/base.yaml", overrides=WORLD))
     held_out = {world[3].id}
     for r in saved:
         assert set(r["valid_rate"]) == set(AGENTS) and set(r["cut_rate"]) == set(AGENTS)
         assert set(r["held_out_users"]) == held_out and r["held_out_sessions"] == 3
         lo, hi = r["reward_evidence_ci"]
         assert 0.0 <= lo <= r["reward_evidence"] <= hi <= 1.0
-        assert r["reward_choice"] is None and r["eval_engine"] == "transformers"
+        assert r["reward_choice"] is None and r["eval_engine"] == "transformers" and r["reward_mode"] == "stale"
+        # which held-out sessions needed an edit, what the stage wrote there, and how grounded its entries were
+        assert set(r["session_changed"]) == set(r["session_reward_evidence"])
+        if any(r["session_changed"].values()):
+            n_changed = sum(r["session_changed"].values())
+            assert all(a["outputs"] == n_changed for a in r["held_out_actions_changed"].values())
+        assert r["grounding"]["all"]["entries"] >= r["grounding"]["all"]["grounded"] >= 0
+        assert r["memory_questions"] > 0 and 0.0 <= r["memory_accuracy"] <= 1.0 and r["memory_upper_bound"] is not None
+        assert set(r["session_noop_evidence"]) == set(r["session_reward_evidence"])
+        # and on a real dialogue no stage trained on (LoCoMo conv-26's first sessions)
+        assert r["real_grounding"]["sessions"] == 2 and set(r["real_grounding"]["valid_rate"]) == set(AGENTS)
         # the held-out set's no-op and oracle rewards, and the stage's gain over no-op against the oracle's
         assert r["held_out_pick"] == "every_period"
         assert r["noop_evidence"] == saved[0]["noop_evidence"] and r["oracle_evidence"] == saved[0]["oracle_evidence"]
@@ -88,7 +110,9 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
         results = json.loads((tmp_path / "work" / "interactive" / f"{label}.transformers.w8" / "results.json").read_text())
         assert results["assistant"] == "membuilder" and len(results["users"]) == 1
     for r in saved:
-        if r["stage"] in ("grpo", "adrpo"):
+        if r["stage"] in ("grpo", "adrpo", "adrpo_retrieval"):
+            assert r["time_split"]["steps"] == 2 and r["time_split"]["generation_s"] > 0
+            assert r["attribution"] == ("retrieval" if r["stage"] == "adrpo_retrieval" else "evidence")
             # train reward at each of the 2 steps; held-out reward at 0 (SFT), 1 (callback) and 2 (final eval)
             assert [p["step"] for p in r["curve"]] == [0, 1, 2]
             assert [p["train_reward"] is not None for p in r["curve"]] == [False, True, True]
@@ -115,7 +139,9 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
     assert "| adrpo | 1 |" in md and "SFT above base" in md
     assert "Writing nothing scores" in md and "3 of each user spread over every period" in md
     assert "- ADRPO (alpha 4) over seeds 0, 1 (seed 0 " in md and "- GRPO (alpha 1) over seeds 0, 1 (seed 0 " in md
-    assert [r["alpha"] for r in saved] == [None, None, 4.0, 1.0, 4.0, 1.0]
+    assert [r["alpha"] for r in saved] == [None, None, 4.0, 1.0, 4.0, 4.0, 1.0]
+    summary = json.loads((tmp_path / "results" / "ladder_summary.json").read_text())
+    assert summary and "Training and evaluation time" in md
     assert "Learning signal" in md and "GRPO seed 1, train reward over the first 1 of 2 steps" in md
     # the seed's two runs drew the same sessions, so their train rewards pair up step by step
     assert "GRPO seed 0 - ADRPO seed 0, train reward paired by step (the same sessions)" in md
@@ -134,15 +160,23 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
     sft_w = load_file(tmp_path / "work" / "sft" / "policy" / "adapter" / "adapter_model.safetensors")
     rl_w = load_file(tmp_path / "work" / "seed0" / "adrpo" / "policy" / "adapter" / "adapter_model.safetensors")
     assert sft_w.keys() == rl_w.keys()
-    # the shipped adapter: the first seed's ADRPO adapter in bfloat16, with its card
+    # the shipped adapter: the first seed of the stage with the best held-out reward pooled over seeds, in
+    # bfloat16, with a card saying which, why and the setting it was trained in
     import torch
 
+    pooled = ladder.pooled_rewards(saved)
+    best = max(pooled, key=lambda s: (pooled[s], -["sft", "adrpo", "grpo", "adrpo_retrieval"].index(s)))
+    folder = tmp_path / "work" / ("sft" if best == "sft" else f"seed0/{best}")
+    best_w = load_file(folder / "policy" / "adapter" / "adapter_model.safetensors")
     shipped = load_file(tmp_path / "shipped" / "adapter_model.safetensors")
     assert shipped.keys() == rl_w.keys() and all(v.dtype == torch.bfloat16 for v in shipped.values())
-    assert all(torch.equal(shipped[k], rl_w[k].to(torch.bfloat16)) for k in rl_w)
+    assert all(torch.equal(shipped[k], best_w[k].to(torch.bfloat16)) for k in best_w)
     card = json.loads((tmp_path / "shipped" / "card.json").read_text())
-    assert card["stage"] == "adrpo"
-    assert card["held_out"]["reward_evidence"] == saved[2]["reward_evidence"]
+    assert (card["stage"], card["seed"], card["pooled"]) == (best, 0, pooled) and best in card["why"]
+    assert card["setting"]["env_config"] == "configs/env/construction_cpu_change_varied.yaml"
+    assert (card["setting"]["max_completion_tokens"], card["setting"]["max_prompt_tokens"]) == (8, 384)
+    first = next(r for r in saved if r["stage"] == best)
+    assert card["held_out"]["reward_evidence"] == first["reward_evidence"]
     assert card["command"].startswith("python -m train.ladder --config configs/train/ladder_smollm2_cpu.yaml")
     # the recipe, not this machine's folders
     assert "--work_dir" not in card["command"] and "--adapter_out" not in card["command"]
@@ -160,7 +194,7 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
     assert cached["memory_settings"] == {"write_tokens": 8, "write_prompt_tokens": 2040}
     stale.write_text(json.dumps({**cached, "memory_settings": {"write_tokens": 128, "write_prompt_tokens": 3840}}))
     again = ladder.main(_argv(tiny_path, tmp_path))
-    assert again == rows and json.loads(stale.read_text())["memory_settings"]["write_tokens"] == 8
+    assert timeless(again) == timeless(rows) and json.loads(stale.read_text())["memory_settings"]["write_tokens"] == 8
     assert [p.stat().st_mtime_ns for p in done if p != stale] == [s for p, s in zip(done, stamps) if p != stale]
     # an evaluation cached under another session pick (an older ladder's took each user's first sessions) is made
     # again; one cached before evaluations held the no-op and oracle rewards gets them without generating again
@@ -173,9 +207,6 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
              if k not in ("noop_reward", "oracle_reward", "gain", "oracle_gain", "session_noop", "session_oracle")}
     sft_eval.write_text(json.dumps(older))
     again = ladder.main(_argv(tiny_path, tmp_path))
-
-    def timeless(rs):
-        return [{k: v for k, v in r.items() if k != "eval_seconds"} for r in rs]
 
     assert timeless(again) == timeless(rows) and json.loads(base_eval.read_text())["session_pick"] == "every_period"
     assert "noop_reward" not in json.loads(sft_eval.read_text())  # filled in, not generated again
@@ -197,9 +228,21 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
     assert not (work2 / "seed0" / "grpo").exists() and not (work2 / "seed1").exists()
     md = (tmp_path / "r2" / "ladder.md").read_text()
     assert "ADRPO (alpha 2) seed 0 above SFT" in md and "--sft_from" not in md  # the recipe, not where SFT came from
-    assert json.loads((tmp_path / "shipped" / "card.json").read_text())["stage"] == "adrpo"  # adapter_out null
+    assert json.loads((tmp_path / "shipped" / "card.json").read_text()) == card  # adapter_out null
     shipped_config = json.loads((tmp_path / "shipped" / "card.json").read_text())["config"]
     assert shipped_config["stages"]["adrpo"]["overrides"]["env_overrides"]["alpha"] == 4.0
+
+    # a sweep of RL settings runs each point as such an ablation and tables them against SFT
+    points = sweep.main(["--sft_from", str(tmp_path / "work"), "--grid", "learning_rate=1e-3,1e-5", "--steps", "1",
+                         "--work_root", str(tmp_path / "sweep"), "--out", str(tmp_path / "sweep-results"),
+                         "--ladder_args", *_argv(tiny_path, tmp_path)[2:]])  # the ladder's flags but --config
+    assert [p["name"] for p in points] == ["learning_rate0.001", "learning_rate1e-05"]
+    for p in points:
+        assert p["vs_sft"]["n"] == 3 and p["sft_reward"] == rows[1]["reward_evidence"]
+        stage = yaml.safe_load((tmp_path / "sweep" / p["name"] / "seed0" / "grpo" / "stage.yaml").read_text())
+        assert (stage["learning_rate"], stage["max_steps"]) == (p["learning_rate"], 1)
+    assert "| learning_rate0.001 |" in (tmp_path / "sweep-results" / "sweep.md").read_text()
+    assert json.loads((tmp_path / "shipped" / "card.json").read_text()) == card  # sweeps ship nothing
 
     # report_only publishes the finished stages of a ladder stopped part-way and trains nothing
 
