@@ -97,8 +97,10 @@ def test_the_ladders_rl_runs_follow_one_another_in_one_process_each_with_its_own
     from train.adrpo import build
 
     monkeypatch.chdir(ROOT)
-    a = LadderArgs(max_completion_tokens=16, set=[f"stages.{s}.overrides.{k}=2" for s in ("adrpo", "grpo")
-                                                  for k in ("num_generations", "per_device_train_batch_size")])
+    # one session a step (the shipped 4 need more sessions than the one given below), G = 2
+    a = LadderArgs(max_completion_tokens=16, set=[f"stages.{s}.overrides.{k}={v}" for s in ("adrpo", "grpo")
+                                                  for k, v in (("num_generations", 2), ("per_device_train_batch_size", 2),
+                                                               ("sessions_per_step", 1))])
     assert a.rl_engine == "vllm"
     for run, alpha in (("adrpo", 4.0), ("grpo", 1.0)):
         argv = rl_argv(a, run, 0, "membuilder/policies/smollm2-135m-memgym", tmp_path / run)

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 def test_the_ladder_evaluates_a_stage_on_the_engine(tmp_path):
     a = LadderArgs(held_out_users="8-9", eval_sessions_per_user=1, max_completion_tokens=32,
                    eval_engine="vllm", memory_score_world={"num_users": 1, "num_periods": 0, "seed": 7},
-                   work_dir=str(tmp_path))
+                   grounding_sessions=2, work_dir=str(tmp_path))
     evaluate = Evaluator(a, tmp_path)
     res = evaluate.cached("smollm2-135m", "base", "base")
     assert res["engine"] == "vllm" and res["sessions"] == 2
@@ -33,3 +33,6 @@ def test_the_ladder_evaluates_a_stage_on_the_engine(tmp_path):
     assert run["config"]["write_tokens"] == 32 and run["config"]["write_prompt_tokens"] == ENGINE_CONTEXT - 32
     assert res["memory_settings"] == {"write_tokens": 32, "write_prompt_tokens": ENGINE_CONTEXT - 32}
     assert "memory_score" in res and res["memory_score_seconds"] > 0
+    # the stage wrote memory over a real dialogue's first sessions with the same settings, on the engine
+    assert res["real_grounding"]["sessions"] == 2 and evaluate.cache("base-grounding").exists()
+    assert res["real_grounding"]["settings"]["write_tokens"] == 32
