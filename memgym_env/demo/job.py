@@ -23,7 +23,6 @@ from membuilder.llm.registry import TRAINED_POLICIES, TRAINED_POLICY, parse_spec
 from membuilder.memory.ops import AGENTS
 from membuilder.plumbing.stats import bootstrap_ci, paired_difference
 from membuilder.training.policy_eval import evaluate_policy
-from memgym_env.commands.serve_env import parse_users  # the one reader of '0-7' / '0,2,5' user lists
 from memgym_env.construction.env import ConstructionConfig, MemoryGymEnv
 from memgym_env.construction.scoring import SessionScorer
 from memgym_env.interactive.runner import RunConfig, evaluate_one, load_constructor
@@ -210,6 +209,23 @@ def sizes_dict(sizes: DemoSizes) -> dict[str, Any]:
 # --- The constructor comparison, in the setting the shipped policy was trained in -----------------
 
 REPO = Path(__file__).resolve().parents[2]  # configs/ paths in a policy card are relative to the repository
+
+
+def parse_users(spec: str) -> list[int]:
+    """User indices from a card's ``"8-15"`` or ``"0,2,5-7"`` (train.common reads the same format,
+    but the environment never imports the trainer)."""
+    users: list[int] = []
+    for part in str(spec).split(","):
+        part = part.strip()
+        try:
+            if "-" in part:
+                a, b = part.split("-")
+                users += list(range(int(a), int(b) + 1))
+            elif part:
+                users.append(int(part))
+        except ValueError:
+            raise ValueError(f"users {spec!r}: expected numbers and ranges such as '8-15' or '0,2,5'") from None
+    return users
 
 
 def policy_setting(constructor: str) -> dict[str, Any] | None:
