@@ -49,19 +49,12 @@ from memgym_env.construction.scoring import SessionScorer  # noqa: E402
 from memgym_env.world import expert_steps, generate_world, load_config  # noqa: E402
 from memgym_env.world.oracle import ExpertStep  # noqa: E402
 from memgym_env.world.types import WorldUser  # noqa: E402
+from memgym_env.world.user_ranges import parse_users  # noqa: E402
 
 WRITERS = ("noop", "oracle", "catalog", "catalog_blind")
 WORDINGS = ("fixed", "varied")
 BLIND_LINES = 6
 TRAIN_USERS = range(8)
-
-
-def parse_users(text: str) -> list[int]:
-    out: list[int] = []
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        out += list(range(int(lo), int(hi or lo) + 1))
-    return out
 
 
 def catalog_outputs(world_step: ExpertStep, catalog_step: ExpertStep) -> dict[str, str]:
@@ -199,7 +192,7 @@ def main(argv: list[str] | None = None) -> dict:
                    help="score this many sessions per user, spread over its periods (0: all)")
     args = p.parse_args(argv)
     t0 = time.perf_counter()
-    result = run(args.env_config, parse_users(args.users), args.max_sessions_per_user or None)
+    result = run(args.env_config, parse_users(args.users, what="--users"), args.max_sessions_per_user or None)
     result["seconds"] = round(time.perf_counter() - t0, 1)
     result["machine"] = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
                          "load_1min": round(os.getloadavg()[0], 2)}

@@ -29,6 +29,7 @@ from memgym_env.benchmarks.runner import EvalConfig
 from memgym_env.construction.config import ConstructionConfig
 from memgym_env.construction.episodes import Episode, expert_snapshots, load_episodes
 from memgym_env.construction.scoring import SESSION_PICKS, pick_sessions
+from memgym_env.world.user_ranges import parse_users  # noqa: F401  (the trainers and ladder read users from here)
 from train.benchmark_callback import BenchmarkEvalCallback
 
 
@@ -152,18 +153,6 @@ def check_memory(trainer) -> None:
     device = trainer.args.device
     est = trainer_estimate(trainer, torch.cuda.get_device_properties(device).total_memory)
     require_fit(est, f"{trainer.args.output_dir} on {torch.cuda.get_device_name(device)}")
-
-
-def parse_users(spec: str) -> list[int]:
-    out: list[int] = []
-    for part in str(spec).split(","):
-        part = part.strip()
-        if "-" in part:
-            a, b = part.split("-")
-            out += list(range(int(a), int(b) + 1))
-        elif part:
-            out.append(int(part))
-    return out
 
 
 def chosen_episodes(config: ConstructionConfig, users: list[int]) -> list[Episode]:

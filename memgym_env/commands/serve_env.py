@@ -9,6 +9,7 @@ from membuilder.plumbing.http import API_KEY_ENV, HttpServer, api_key_or_env, ch
 from memgym_env.construction.config import ConstructionConfig
 from memgym_env.construction.scoring import SESSION_PICKS
 from memgym_env.serving.env_app import build_app
+from memgym_env.world.user_ranges import parse_users
 
 HELP = "serve MemoryGym-v0: POST /score for remote trainers and, with memgym[openenv], an OpenEnv environment"
 EXAMPLES = """examples:
@@ -50,23 +51,6 @@ def add_arguments(parser) -> None:
                              "when --host is not loopback)")
 
 
-def parse_users(spec: str | None) -> list[int] | None:
-    if spec is None:
-        return None
-    users: list[int] = []
-    for part in spec.split(","):
-        part = part.strip()
-        try:
-            if "-" in part:
-                a, b = part.split("-")
-                users += list(range(int(a), int(b) + 1))
-            elif part:
-                users.append(int(part))
-        except ValueError:
-            raise ValueError(f"--users {spec!r}: expected numbers and ranges such as '0-7' or '0,2,5'") from None
-    return users
-
-
 def run(args) -> int:
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be between 0 and 65535, got {args.port}")
@@ -83,7 +67,7 @@ def run(args) -> int:
     api_key = api_key_or_env(args.api_key)
     check_binding(args.host, api_key)  # before the world and the models load, so a refusal comes at once
     config = ConstructionConfig.from_yaml(args.env_config, **overrides)
-    app, served = build_app(config, users=parse_users(args.users), max_sessions_per_user=args.max_sessions_per_user,
+    app, served = build_app(config, users=None if args.users is None else parse_users(args.users, what="--users"), max_sessions_per_user=args.max_sessions_per_user,
                             openenv=args.openenv, max_concurrent_envs=args.max_sessions,
                             session_pick=args.session_pick)
     server = HttpServer(app, host=args.host, port=args.port, api_key=api_key, name="memgym serve-env")

@@ -28,6 +28,7 @@ from memgym_env.construction.scoring import SessionScorer
 from memgym_env.interactive.runner import RunConfig, evaluate_one, load_constructor
 from memgym_env.interactive.workers import evaluate_parallel
 from memgym_env.world import generate_world, load_config, read_world, write_world
+from memgym_env.world.user_ranges import parse_users
 
 POLICIES = ("oracle", "empty", "membuilder")
 ASSISTANTS = ("rag", "awe", "membuilder", "oracle")
@@ -211,23 +212,6 @@ def sizes_dict(sizes: DemoSizes) -> dict[str, Any]:
 REPO = Path(__file__).resolve().parents[2]  # configs/ paths in a policy card are relative to the repository
 
 
-def parse_users(spec: str) -> list[int]:
-    """User indices from a card's ``"8-15"`` or ``"0,2,5-7"`` (train.common reads the same format,
-    but the environment never imports the trainer)."""
-    users: list[int] = []
-    for part in str(spec).split(","):
-        part = part.strip()
-        try:
-            if "-" in part:
-                a, b = part.split("-")
-                users += list(range(int(a), int(b) + 1))
-            elif part:
-                users.append(int(part))
-        except ValueError:
-            raise ValueError(f"users {spec!r}: expected numbers and ranges such as '8-15' or '0,2,5'") from None
-    return users
-
-
 def policy_setting(constructor: str) -> dict[str, Any] | None:
     """The ``setting`` key of a packaged policy's card (world config, overrides, train and held-out
     users, token limits), or None where ``constructor`` is no packaged policy or its card has none."""
@@ -255,7 +239,7 @@ def setting_config(setting: dict[str, Any]) -> ConstructionConfig:
 def held_out_scorer(setting: dict[str, Any], users: int, sessions: int) -> SessionScorer:
     """``sessions`` sessions of each of the first ``users`` held-out users, spread over the periods
     (a user's first sessions start from an empty memory: they alone would only test writing from nothing)."""
-    held_out = parse_users(setting["held_out_users"])
+    held_out = parse_users(setting["held_out_users"], what="the policy card's held_out_users")
     if len(held_out) < users:
         raise ValueError(f"the policy card holds out {len(held_out)} users ({setting['held_out_users']}); "
                          f"the demo asks for {users}")

@@ -10,26 +10,20 @@ import pytest
 from membuilder.llm.registry import TRAINED_POLICY
 from memgym_env.demo import job as demo
 from memgym_env.demo.report import as_records, constructor_section, constructor_table, wrap_whole
+from memgym_env.world.user_ranges import parse_users
 
 
 def test_the_shipped_card_names_its_setting_and_the_default_preset_keeps_it():
     setting = demo.policy_setting(TRAINED_POLICY)
     assert setting["env_config"] == "configs/env/construction_cpu.yaml"
     assert (setting["max_completion_tokens"], setting["max_prompt_tokens"]) == (256, 384)
-    assert not set(demo.parse_users(setting["held_out_users"])) & set(demo.parse_users(setting["train_users"]))
+    assert not set(parse_users(setting["held_out_users"])) & set(parse_users(setting["train_users"]))
     assert demo.policy_setting(f"transformers:{TRAINED_POLICY}") == setting  # an engine prefix is no other policy
     assert demo.policy_setting("smollm2-135m") is None and demo.policy_setting("/some/local/model") is None
     d = demo.DEFAULT
     assert d.held_out_users * d.held_out_sessions >= 24 and d.held_out_tokens is None
-    assert d.held_out_users <= len(demo.parse_users(setting["held_out_users"]))
+    assert d.held_out_users <= len(parse_users(setting["held_out_users"]))
     assert demo.setting_config(setting).world_overrides["num_users"] == 16
-
-
-def test_parse_users_reads_ranges_and_lists_and_names_a_bad_one():
-    assert demo.parse_users("8-15") == list(range(8, 16))
-    assert demo.parse_users("0, 2,5-6") == [0, 2, 5, 6]
-    with pytest.raises(ValueError, match="'8-x'"):
-        demo.parse_users("8-x")
 
 
 def test_the_verdict_says_yes_only_for_an_interval_above_zero():
