@@ -20,6 +20,14 @@ from membuilder.reward import CandidateScorer
 from membuilder.training.prompts import fit_prompt, token_counter
 
 
+def greedy_batches(prompts: Sequence[list[dict[str, str]]], batch_size: int) -> list[list[int]]:
+    """The prompt indices ``generate_greedy`` puts in each batch: longest prompts first, so a batch pads
+    little. A caller splitting the work over processes hands each one whole batches from here, so every
+    output is made in the same company of prompts (and so the same padding) as in one serial call."""
+    order = sorted(range(len(prompts)), key=lambda i: -len(str(prompts[i])))
+    return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+
+
 def generate_greedy(model, tokenizer, prompts: Sequence[list[dict[str, str]]], max_new_tokens: int = 256,
                     batch_size: int = 8, progress: Callable[[int], None] | None = None,
                     cut: list[bool] | None = None) -> list[str]:
@@ -32,13 +40,10 @@ def generate_greedy(model, tokenizer, prompts: Sequence[list[dict[str, str]]], m
     side, tokenizer.padding_side = tokenizer.padding_side, "left"
     model.eval()
     try:
-        # Longest prompts first, so a batch pads little; the original order is restored at the end.
-        order = sorted(range(len(prompts)), key=lambda i: -len(str(prompts[i])))
         by_index: dict[int, str] = {}
         ended: dict[int, bool] = {}
         stops = {t for t in (tokenizer.eos_token_id, tokenizer.pad_token_id) if t is not None}
-        for start in range(0, len(order), batch_size):
-            idx = order[start:start + batch_size]
+        for idx in greedy_batches(prompts, batch_size):
             texts = [tokenizer.apply_chat_template(prompts[i], add_generation_prompt=True, tokenize=False) for i in idx]
             enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
             with torch.no_grad():
@@ -100,18 +105,40 @@ def evaluate_policy(model, tokenizer, scorers: Mapping[str, CandidateScorer], se
         raise ValueError("evaluate_policy needs at least one scorer")
     first = next(iter(scorers.values()))
     keys = list(session_keys if session_keys is not None else first.session_keys())
+    prompts, slots = policy_prompts(first, keys, tokenizer, max_prompt_tokens)
+    cut: list[bool] = []
+    texts = generate_outputs(model, tokenizer, prompts, max_new_tokens, batch_size, progress, cut=cut)
+    return score_outputs(scorers, keys, slots, texts, cut)
+
+
+def generate_outputs(model, tokenizer, prompts: Sequence[list[dict[str, str]]], max_new_tokens: int,
+                     batch_size: int = 8, progress: Callable[[int], None] | None = None,
+                     cut: list[bool] | None = None) -> list[str]:
+    """Greedy outputs of a transformers causal LM (``generate_greedy``) or of any ``ChatModel``."""
+    if _is_chat_model(model):
+        return generate_greedy_chat(model, prompts, max_new_tokens, progress, cut=cut)
+    return generate_greedy(model, tokenizer, prompts, max_new_tokens, batch_size, progress, cut=cut)
+
+
+def policy_prompts(scorer: CandidateScorer, keys: Sequence[str], tokenizer,
+                   max_prompt_tokens: int | None = None) -> tuple[list[list[dict[str, str]]], list[tuple[str, str]]]:
+    """The four agents' prompts of every session in ``keys`` as RL renders them (``fit_prompt`` within
+    ``max_prompt_tokens``), and the (session, agent) slot of each."""
     count = token_counter(tokenizer)
     prompts, slots = [], []
     for key in keys:
-        obs = first.observation(key)
+        obs = scorer.observation(key)
         for agent in AGENTS:
             prompts.append(fit_prompt(agent, obs, count, max_prompt_tokens))
             slots.append((key, agent))
-    cut: list[bool] = []
-    if _is_chat_model(model):
-        texts = generate_greedy_chat(model, prompts, max_new_tokens, progress, cut=cut)
-    else:
-        texts = generate_greedy(model, tokenizer, prompts, max_new_tokens, batch_size, progress, cut=cut)
+    return prompts, slots
+
+
+def score_outputs(scorers: Mapping[str, CandidateScorer], keys: Sequence[str], slots: Sequence[tuple[str, str]],
+                  texts: Sequence[str], cut: Sequence[bool]) -> dict[str, Any]:
+    """``evaluate_policy``'s result for outputs made elsewhere: ``texts[i]`` (and whether it was ``cut`` at the
+    token limit) is the output for ``slots[i]`` of ``policy_prompts``."""
+    first = next(iter(scorers.values()))
     outputs: dict[str, dict[str, str]] = defaultdict(dict)
     was_cut: dict[str, dict[str, bool]] = defaultdict(dict)
     for (key, agent), text, c in zip(slots, texts, cut, strict=True):

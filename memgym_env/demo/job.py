@@ -22,7 +22,13 @@ from membuilder.llm.checkpoints import policy_dir
 from membuilder.llm.registry import TRAINED_POLICIES, TRAINED_POLICY, parse_spec, resolve_chat_path
 from membuilder.memory.ops import AGENTS
 from membuilder.plumbing.stats import bootstrap_ci, paired_difference
-from membuilder.training.policy_eval import evaluate_policy
+from membuilder.training.policy_eval import (
+    evaluate_policy,
+    generate_outputs,
+    greedy_batches,
+    policy_prompts,
+    score_outputs,
+)
 from memgym_env.construction.env import ConstructionConfig, MemoryGymEnv
 from memgym_env.construction.scoring import SessionScorer
 from memgym_env.interactive.runner import RunConfig, evaluate_one, load_constructor
@@ -274,6 +280,9 @@ def verdict(difference: dict[str, Any] | None) -> str:
             f"[{lo:.3f}, {hi:.3f}] over {difference['n']} sessions ({where})")
 
 
+BATCH = 16  # prompts generated together: the batch size of the trained policy's held-out evaluation
+
+
 def evaluate_constructor(spec: str, chat, scorer: SessionScorer, setting: dict[str, Any],
                          progress=None) -> dict[str, Any]:
     """One constructor greedily writing every session of ``scorer`` at the setting's token limits
@@ -282,79 +291,111 @@ def evaluate_constructor(spec: str, chat, scorer: SessionScorer, setting: dict[s
     keys = scorer.session_keys()
     model, tokenizer = _generator(chat, spec)
     res = evaluate_policy(model, tokenizer, {"reward": scorer}, keys, max_new_tokens=int(setting["max_completion_tokens"]),
-                          max_prompt_tokens=setting.get("max_prompt_tokens"), batch_size=16, progress=progress)
+                          max_prompt_tokens=setting.get("max_prompt_tokens"), batch_size=BATCH, progress=progress)
+    return constructor_result(spec, keys, res)
+
+
+def constructor_result(spec: str, keys: list[str], res: dict[str, Any]) -> dict[str, Any]:
+    """``evaluate_constructor``'s summary of one ``evaluate_policy`` result."""
     rewards = dict(zip(keys, res["session_rewards"]["reward"], strict=True))
     return {"spec": spec, **_summary(rewards), "valid_rate": res["valid_rate"], "cut_rate": res["cut_rate"],
             "grounding": res["grounding"]["all"], "session_rewards": rewards, "outputs": res["outputs"],
             **{name: dict(zip(keys, res[f"session_{name}"]["reward"], strict=True)) for name in ("noop", "oracle")}}
 
 
-def _constructor_worker(label: str, spec: str, setting: dict[str, Any], users: int, sessions: int, threads: int,
-                        events) -> None:
-    """A spawned process evaluating one constructor; it reports ``(kind, label, payload)`` on ``events``."""
+def _generation_worker(threads: int, tasks, events) -> None:
+    """A spawned process generating whole batches for whichever constructor a task names, loading each
+    constructor once; it takes ``(task, spec, prompts, max_new_tokens)`` until None and reports
+    ``(kind, task, payload)`` on ``events``."""
     os.environ["MEMGYM_TORCH_THREADS"] = str(threads)
-    try:
-        chat = load_chat_model(spec, threads=threads)
-        scorer = held_out_scorer(setting, users, sessions)
-        events.put(("progress", label, 0))
-        events.put(("done", label, evaluate_constructor(spec, chat, scorer, setting,
-                                                        lambda n: events.put(("progress", label, n)))))
-    except BaseException as exc:  # the parent raises it: a worker's traceback would be lost in the live display
-        events.put(("error", label, f"{type(exc).__name__}: {exc}"))
+    loaded: dict[str, tuple[Any, Any]] = {}
+    while (task := tasks.get()) is not None:
+        tid, spec, prompts, max_new_tokens = task
+        try:
+            if spec not in loaded:
+                loaded[spec] = _generator(load_chat_model(spec, threads=threads), spec)
+            model, tokenizer = loaded[spec]
+            cut: list[bool] = []
+            texts = generate_outputs(model, tokenizer, prompts, max_new_tokens, batch_size=len(prompts), cut=cut)
+            events.put(("done", tid, (texts, cut)))
+        except BaseException as exc:  # the parent raises it: a worker's traceback would be lost in the live display
+            events.put(("error", tid, f"{type(exc).__name__}: {exc}"))
+            return
 
 
 def _evaluate_in_workers(setting: dict[str, Any], sizes: DemoSizes, writers: dict[str, tuple[str, Any]],
-                         progress: Progress, total: int) -> dict[str, dict[str, Any]]:
-    """Each constructor in its own spawned process of one torch thread (the cores work side by side;
-    fork would copy a process that may hold torch threads)."""
-    ctx = multiprocessing.get_context("spawn")
-    events = ctx.Queue()
-    procs = [ctx.Process(target=_constructor_worker, daemon=True,
-                         args=(label, spec, setting, sizes.held_out_users, sizes.held_out_sessions, 1, events))
-             for label, (spec, _) in writers.items()]
+                         progress: Progress, total: int, workers: int) -> dict[str, dict[str, Any]]:
+    """The constructors' generation split into whole batches (``greedy_batches``, as one serial call makes
+    them) shared by ``workers`` spawned processes of one torch thread, so both cores stay busy to the end:
+    the untrained model runs every output to the token limit and alone would hold one core long after the
+    trained one is done. The first writer's batches are queued first (the caller lists the slow one first).
+    Scoring happens here, once every output is in."""
+    scorer = held_out_scorer(setting, sizes.held_out_users, sizes.held_out_sessions)
+    keys = scorer.session_keys()
+    max_new_tokens = int(setting["max_completion_tokens"])
+    prompts: dict[str, tuple[list, list]] = {}
+    batches: list[tuple[str, list[int]]] = []
+    for label, (spec, chat) in writers.items():
+        prompts[label] = policy_prompts(scorer, keys, _generator(chat, spec)[1], setting.get("max_prompt_tokens"))
+        batches += [(label, idx) for idx in greedy_batches(prompts[label][0], BATCH)]
+    ctx = multiprocessing.get_context("spawn")  # fork would copy a process that may hold torch threads
+    tasks, events = ctx.Queue(), ctx.Queue()
+    for tid, (label, idx) in enumerate(batches):
+        tasks.put((tid, writers[label][0], [prompts[label][0][i] for i in idx], max_new_tokens))
+    procs = [ctx.Process(target=_generation_worker, args=(1, tasks, events), daemon=True) for _ in range(workers)]
     for p in procs:
+        tasks.put(None)
         p.start()
+    made: dict[int, tuple[list[str], list[bool]]] = {}
     done: dict[str, int] = dict.fromkeys(writers, 0)
-    built: dict[str, dict[str, Any]] = {}
     try:
-        while len(built) < len(writers):
+        while len(made) < len(batches):
             try:
-                kind, label, payload = events.get(timeout=5)
+                kind, tid, payload = events.get(timeout=5)
             except queue.Empty:
                 if not any(p.is_alive() for p in procs):
-                    raise RuntimeError("a constructor evaluation process ended without a result") from None
+                    raise RuntimeError("every constructor evaluation process ended before its outputs were in") from None
                 continue
+            label = batches[tid][0]
             if kind == "error":
                 raise RuntimeError(f"evaluating the {label} constructor: {payload}")
-            if kind == "done":
-                built[label] = payload
-            else:
-                done[label] += payload
+            made[tid] = payload
+            done[label] += len(payload[0])
             progress.set("constructors · " + ", ".join(writers),
-                         "  ".join(f"{k} {'done' if k in built else f'{v}/{total}'}" for k, v in done.items()))
+                         "  ".join(f"{k} {'done' if v == total else f'{v}/{total}'}" for k, v in done.items()))
     finally:
         for p in procs:
             p.join(timeout=10)
             if p.is_alive():
                 p.terminate()
-    return {label: built[label] for label in writers}
+    built = {}
+    for label, (spec, _) in writers.items():
+        texts: list[str] = [""] * len(prompts[label][0])
+        cut: list[bool] = [False] * len(texts)
+        for tid, (owner, idx) in enumerate(batches):
+            if owner == label:
+                for i, text, was_cut in zip(idx, *made[tid], strict=True):
+                    texts[i], cut[i] = text, was_cut
+        built[label] = constructor_result(spec, keys, score_outputs({"reward": scorer}, keys, prompts[label][1], texts, cut))
+    return built
 
 
 def compare_constructors(setting: dict[str, Any], sizes: DemoSizes, writers: dict[str, tuple[str, Any]],
                          progress: Progress, workers: int = 1) -> dict[str, Any]:
     """The trained and the untrained constructor writing the same held-out sessions of the policy's
     own setting, greedily at its token limits; ``writers`` is ``{"untrained": (spec, chat model),
-    "trained": (spec, chat model)}``. With ``workers`` > 1 each constructor runs in its own process
-    (loading its model again there). Per constructor: mean session reward with its 95% bootstrap
+    "trained": (spec, chat model)}``. Per constructor: mean session reward with its 95% bootstrap
     interval and n, JSON validity per agent, grounding; the no-op and oracle rewards of the same
-    sessions; trained - untrained paired by session, and the verdict."""
+    sessions; trained - untrained paired by session, and the verdict. With ``workers`` > 1 the
+    generation is shared by that many processes (each loading the models again), batch by batch
+    (``_evaluate_in_workers``)."""
     total = 4 * sizes.held_out_users * sizes.held_out_sessions
     card_tokens = int(setting["max_completion_tokens"])
     if sizes.held_out_tokens is not None:
         setting = {**setting, "max_completion_tokens": min(card_tokens, sizes.held_out_tokens)}
     progress.set("constructors · held-out sessions", f"{sizes.held_out_users} users x {sizes.held_out_sessions} sessions")
     if workers > 1 and len(writers) > 1:
-        built = _evaluate_in_workers(setting, sizes, writers, progress, total)
+        built = _evaluate_in_workers(setting, sizes, writers, progress, total, workers)
     else:
         scorer = held_out_scorer(setting, sizes.held_out_users, sizes.held_out_sessions)
         built = {}

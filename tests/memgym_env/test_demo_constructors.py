@@ -112,3 +112,30 @@ def test_the_verdict_wraps_at_80_columns_without_splitting_its_interval():
     lines = wrap_whole(sentence, 80).splitlines()
     assert len(lines) > 1 and max(map(len, lines)) <= 80 and " ".join(lines) == sentence
     assert any("[-0.046, 0.079]" in line for line in lines)
+
+
+def test_workers_share_the_generation_batch_by_batch_and_match_one_serial_run():
+    # Two spawned processes take whole batches of either constructor as they come free; every output is made
+    # in the same batch as in one serial call, so the comparison is the same as the serial one.
+    import torch
+
+    from membuilder.llm import load_chat_model
+
+    setting = {"env_config": "configs/env/construction_cpu.yaml",
+               "env_overrides": {"world_overrides": {"num_users": 2, "num_periods": 2, "rounds_update": 1}},
+               "train_users": "0", "held_out_users": "1", "max_completion_tokens": 6, "max_prompt_tokens": 160}
+    sizes = replace(demo.QUICK, held_out_users=1, held_out_sessions=5, held_out_tokens=None)
+    threads = torch.get_num_threads()
+    try:
+        writers = {label: (spec, load_chat_model(spec, threads=1))
+                   for label, spec in (("untrained", "smollm2-135m"), ("trained", TRAINED_POLICY))}
+        with demo.Progress([]) as progress:
+            serial = demo.compare_constructors(setting, sizes, writers, progress, workers=1)
+            shared = demo.compare_constructors(setting, sizes, writers, progress, workers=2)
+    finally:
+        torch.set_num_threads(threads)
+    assert len(shared["session_keys"]) == 5 and 4 * 5 > demo.BATCH  # more than one batch per constructor
+    for label in ("untrained", "trained"):
+        assert shared["constructors"][label]["outputs"] == serial["constructors"][label]["outputs"]
+        assert shared["constructors"][label]["session_rewards"] == serial["constructors"][label]["session_rewards"]
+    assert shared["difference"] == serial["difference"] and shared["verdict"] == serial["verdict"]
