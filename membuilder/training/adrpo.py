@@ -48,7 +48,7 @@ from membuilder.training.importance_ratio import RatioStats, importance_ratio
 from membuilder.training.merged_weights import install_exact_lora_sync
 from membuilder.training.shared_prefix import checkpointing, shared_prefix_logps, through_wrapper
 from membuilder.training.trl_reward import TIE_TOLERANCE, SessionReward
-from membuilder.training.vllm_cpu_sync import install_cpu_weight_sync
+from membuilder.training.vllm_cpu_sync import engine_dtype_for_cpu, install_cpu_weight_sync
 
 # ---- the ADRPO idea, in a few lines -----------------------------------------------------------
 
@@ -247,7 +247,8 @@ class ADRPOTrainer(GRPOTrainer):
         funcs = [self.session_reward] + list(reward_funcs or [])
         if args.scale_rewards != "group":
             raise ValueError("ADRPO normalises advantages within each agent prompt's group: keep scale_rewards='group'")
-        super().__init__(model=model, reward_funcs=funcs, args=args, train_dataset=train_dataset, **kwargs)
+        with engine_dtype_for_cpu(args.use_vllm):
+            super().__init__(model=model, reward_funcs=funcs, args=args, train_dataset=train_dataset, **kwargs)
         self._rollout_batches = 0
         self.ratio_in_loss = bool(
             args.is_ratio_from_loss and self.use_vllm and self.vllm_importance_sampling_correction

@@ -45,6 +45,10 @@ def test_two_adrpo_steps_with_a_colocated_engine_whose_weights_follow_the_policy
     generation = trainer.vllm_generation
     assert generation.mode == "colocate"
     assert getattr(generation.sync_weights, "__name__", "") == "<lambda>"  # the CPU sync, not TRL's per-tensor push
+    # TRL builds the engine in the checkpoint's bfloat16; on a CPU it runs in the dtype the CPU computes natively.
+    from membuilder.llm.vllm_backend import cpu_engine_dtype
+
+    assert str(generation.llm.llm_engine.model_config.dtype) == f"torch.{cpu_engine_dtype()}"
     trainer.train()
     steps = [h for h in trainer.state.log_history if "reward/task" in h]
     assert len(steps) == 2 and all(h["completions/mean_length"] > 0 for h in steps)

@@ -36,14 +36,16 @@ def test_short_names_pick_vllm_where_it_is_installed(monkeypatch):
         parse_spec("smollm2-135m")
 
 
-def test_engine_runs_bf16_on_this_platform(model):
+def test_engine_runs_in_the_dtype_this_platform_computes_natively(model):
     from vllm.platforms import current_platform
+
+    from membuilder.llm.vllm_backend import cpu_engine_dtype
 
     expected = "cpu" if current_platform.is_cpu() else "cuda"
     assert model.device == expected
     assert model.engine.startswith("vllm ") and model.engine.endswith(f"on {expected}")
-    if expected == "cpu":
-        assert model.dtype == "bfloat16"
+    if expected == "cpu":  # bfloat16 with AMX or AVX512-BF16, float32 on an AVX2-only CPU
+        assert model.dtype == cpu_engine_dtype() == str(model.llm.llm_engine.model_config.dtype).replace("torch.", "")
     with pytest.raises(ValueError, match="runs on"):
         load_chat_model("vllm:smollm2-135m", device="cuda" if expected == "cpu" else "cpu")
 
@@ -113,6 +115,20 @@ def test_option_logprobs_prefer_the_obvious_and_match_transformers(model):
     expected = reference.choice_logprobs(conv, ["1", "2", "3"])
     assert scores == pytest.approx(expected, abs=0.25)
     assert expected.index(max(expected)) == 0
+
+
+def test_one_token_options_read_the_next_token_only_and_agree_with_the_per_option_path(model):
+    # Numbered options run the prompt once and read three next-token log-probabilities; an option of
+    # several tokens sends the prompt through the per-option path (prompt_logprobs), whose single-token
+    # rows are the same quantity: log p(label | prompt) over the whole vocabulary.
+    conv = ask("Which is a fruit? Answer with the number only.\n1. Chair\n2. Apple\n3. River")
+    fast = model.choice_logprobs(conv, ["1", "2", "3"])
+    slow = model.choice_logprobs(conv, ["1", "2", "3", "Banana split"])[:3]
+    assert fast == pytest.approx(slow, abs=0.1) and all(s < 0 for s in fast)
+    assert sorted(range(3), key=lambda i: fast[i]) == sorted(range(3), key=lambda i: slow[i])
+    # Prompts of both kinds in one call keep their own rows.
+    mixed = model.choice_logprobs_batch([conv, conv], [["1", "2", "3"], ["1", "2", "3", "Banana split"]])
+    assert mixed[0] == pytest.approx(fast, abs=0.1) and mixed[1][:3] == pytest.approx(slow, abs=0.1)
 
 
 def test_usage_is_booked(model):

@@ -4,6 +4,7 @@ LoCoMo session once ended a vLLM build at a prompt of 4,097 tokens against a 4,0
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -17,7 +18,7 @@ from membuilder.llm.context_fit import (
     prompt_budget,
 )
 from membuilder.llm.transformers_backend import TransformersChatModel
-from membuilder.llm.vllm_backend import CPU_FALLBACK_CONTEXT, cpu_context_length
+from membuilder.llm.vllm_backend import CPU_FALLBACK_CONTEXT, cpu_context_length, cpu_engine_dtype
 from tests.llm_models import smollm2
 
 
@@ -58,7 +59,18 @@ def test_vllm_cpu_context_is_the_models_own_where_the_cache_holds_it(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(config))
     per_token = 2 * 36 * 8 * 128 * 2
     assert cpu_context_length(str(tmp_path), 1) == (1 << 30) // per_token // 16 * 16 < 131072
+    # A float32 engine's cache holds keys and values in 4 bytes: half the tokens.
+    assert cpu_context_length(str(tmp_path), 1, "float32") == (1 << 30) // (2 * per_token) // 16 * 16
     assert cpu_context_length(str(tmp_path / "missing"), 2) == CPU_FALLBACK_CONTEXT
+
+
+def test_the_cpu_engine_runs_bfloat16_only_where_the_cpu_computes_it_natively():
+    assert cpu_engine_dtype({"avx2", "fma"}) == "float32"  # AVX2 only: bfloat16 is emulated, 4-5x slower
+    assert cpu_engine_dtype({"avx2", "avx512f", "avx512_bf16"}) == "bfloat16"
+    assert cpu_engine_dtype({"avx512_bf16", "amx_bf16", "amx_tile"}) == "bfloat16"
+    assert cpu_engine_dtype(set()) == "float32"
+    flags = Path("/proc/cpuinfo").read_text().split("flags", 1)[-1].split("\n", 1)[0].split()
+    assert cpu_engine_dtype() == cpu_engine_dtype(set(flags))  # this machine's, read from /proc/cpuinfo
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import yaml
 
 pytest.importorskip("trl")
 
+from membuilder.llm.vllm_backend import cpu_engine_dtype  # noqa: E402
 from membuilder.memory.ops import AGENTS  # noqa: E402
 from membuilder.plumbing.stats import bootstrap_ci, separated  # noqa: E402
 from membuilder.training.tiny import byte_tokenizer, tiny_llama  # noqa: E402
@@ -460,6 +461,12 @@ def test_a_work_folder_resumes_only_under_the_settings_that_made_it(tiny_path, t
     ladder.check_work_dir(vllm_args, work)
     assert {ladder.Evaluator(a, work).cache("sft").name for a in (args(), vllm_args)} == {
         "sft.transformers.json", "sft.vllm.json"}
+    # greedy outputs move with the engine's dtype: a vLLM evaluation cached in another is made again (one cached
+    # before evaluations recorded theirs ran in vLLM's bfloat16)
+    on_vllm = ladder.Evaluator(vllm_args, work)
+    assert on_vllm.engine_dtype() == cpu_engine_dtype() and ladder.Evaluator(args(), work).same_dtype({})
+    assert on_vllm.same_dtype({"engine_dtype": cpu_engine_dtype()})
+    assert on_vllm.same_dtype({}) == (cpu_engine_dtype() == "bfloat16")
     with pytest.raises(ValueError, match="eval_engine 'cuda'"):
         args("--eval_engine", "cuda")
     with pytest.raises(SystemExit, match=r"eval_sessions_per_user 3 -> 6\..*another work_dir"):

@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 from membuilder.llm import load_chat_model
 from membuilder.llm.embedders import load_embedder
 from membuilder.llm.registry import resolve_chat_path
+from membuilder.llm.vllm_backend import cpu_engine_dtype
 from membuilder.plumbing.json_files import atomic_write_text
 from membuilder.plumbing.stats import bootstrap_ci
 from membuilder.training.policy_eval import baseline_summary, evaluate_policy
@@ -90,6 +91,7 @@ class Evaluator:
         del model
         gc.collect()
         res["engine"] = self.a.eval_engine
+        res["engine_dtype"] = self.engine_dtype()
         res["session_pick"] = self.a.eval_session_pick
         res["reward_mode"] = self.reward_mode
         res["reward_ci"] = {name: bootstrap_ci(v) for name, v in res["session_rewards"].items()}
@@ -98,12 +100,13 @@ class Evaluator:
 
     def cached(self, policy: str, label: str, name: str) -> dict[str, Any]:
         """Held-out generation and the memory score of one stage, each cached on its own."""
-        res = self.with_baselines(cached_json(self.cache(name), lambda: self(policy, label), valid=self.same_sessions))
+        res = self.with_baselines(cached_json(self.cache(name), lambda: self(policy, label),
+                                              valid=lambda r: self.same_sessions(r) and self.same_dtype(r)))
         memory = cached_json(self.cache(f"{name}-memory"), lambda: self.memory_score(policy, label),
-                             valid=lambda m: m.get("memory_settings") == self.memory_settings()
+                             valid=lambda m: m.get("memory_settings") == self.memory_settings() and self.same_dtype(m)
                              and (not self.a.memory_score_world or "memory_accuracy" in m))
         grounding = cached_json(self.cache(f"{name}-grounding"), lambda: self.real_grounding(policy, label),
-                                valid=lambda g: g.get("settings") == self.grounding_settings())
+                                valid=lambda g: g.get("settings") == self.grounding_settings() and self.same_dtype(g))
         return {**res, **memory, "real_grounding": grounding if grounding.get("all") else None}
 
     def same_sessions(self, res: dict[str, Any]) -> bool:
@@ -112,6 +115,20 @@ class Evaluator:
         recorded it, evidence)."""
         return (res.get("session_pick", "first") == self.a.eval_session_pick
                 and res.get("reward_mode", "evidence") == self.reward_mode)
+
+    def engine_dtype(self) -> str | None:
+        """The dtype the evaluation engine runs in where it is known before loading: vLLM on a CPU
+        (``cpu_engine_dtype``); None elsewhere."""
+        if self.a.eval_engine != "vllm":
+            return None
+        import torch
+
+        return None if torch.cuda.is_available() else cpu_engine_dtype()
+
+    def same_dtype(self, res: dict[str, Any]) -> bool:
+        """Whether a cached evaluation ran in this engine's dtype: greedy outputs move with it, so every stage
+        of a ladder is judged in one. One cached before evaluations recorded it ran in vLLM's bfloat16."""
+        return res.get("engine_dtype", "bfloat16" if self.a.eval_engine == "vllm" else None) == self.engine_dtype()
 
     def changed_sessions(self) -> dict[str, bool]:
         """Per held-out session, whether a variable one of its questions needs changed in it (where a writer
@@ -152,7 +169,8 @@ class Evaluator:
     def memory_score(self, policy: str, label: str) -> dict[str, Any]:
         """MemoryGym-Interactive-v0's MemBuilder assistant writing memory with ``policy``."""
         if not self.a.memory_score_world:
-            return {"memory_score": None, "memory_score_ci": None, "memory_settings": self.memory_settings()}
+            return {"memory_score": None, "memory_score_ci": None, "memory_settings": self.memory_settings(),
+                    "engine_dtype": self.engine_dtype()}
         t0 = time.perf_counter()
         world_path = self.world()
         trained = Path(policy).exists()
@@ -178,7 +196,7 @@ class Evaluator:
         overall = results["overall"]
         # Accuracy rests on every question, the memory score only on cells with headroom (metrics.MIN_HEADROOM):
         # on a small world the accuracy, its interval and the upper bound are the figures to trust.
-        return {"memory_score": score, "memory_score_ci": bootstrap_ci(cells),
+        return {"memory_score": score, "memory_score_ci": bootstrap_ci(cells), "engine_dtype": self.engine_dtype(),
                 "memory_score_cells": sum(v is not None for v in cells), "memory_settings": settings,
                 "memory_score_cells_low_headroom": overall.get("memory_score_cells_low_headroom"),
                 "memory_accuracy": overall.get("accuracy"), "memory_accuracy_ci": overall.get("accuracy_ci95"),
@@ -198,7 +216,7 @@ class Evaluator:
         settings = self.grounding_settings()
         path = Path(self.a.grounding_data)
         if not self.a.grounding_sessions or not path.exists():
-            return {"settings": settings, "all": None,
+            return {"settings": settings, "all": None, "engine_dtype": self.engine_dtype(),
                     "skipped": "grounding_sessions is 0" if path.exists() else f"{path} not found"}
         t0 = time.perf_counter()
         sessions = read_locomo(path)[0].sessions[:self.a.grounding_sessions]
@@ -215,7 +233,8 @@ class Evaluator:
                 model.close()
             del model
             gc.collect()
-        return {**out, "settings": settings, "seconds": round(time.perf_counter() - t0, 1)}
+        return {**out, "settings": settings, "engine_dtype": self.engine_dtype(),
+                "seconds": round(time.perf_counter() - t0, 1)}
 
 
 def oracle_over_limit(a: LadderArgs) -> dict[str, Any]:
