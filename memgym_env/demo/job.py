@@ -68,8 +68,8 @@ class DemoSizes:
 
 # Goals on 2 CPU cores: QUICK 2 minutes, DEFAULT 10 (see README for the measured times and load).
 # The constructor comparison is the demo's heaviest stage and keeps the trained policy's own setting
-# (24 held-out sessions at 256-token outputs, one process per constructor: the untrained one, whose
-# outputs run to the limit, sets its length), so DEFAULT's interactive part is what gives way:
+# (24 held-out sessions at 256-token outputs; the untrained model's outputs run to the limit, so its
+# batches are queued first for the workers), so DEFAULT's interactive part is what gives way:
 # 2 users x 2 periods, MemBuilder played with the trained constructor only (FULL plays both).
 QUICK = DemoSizes(users=1, periods=2, questions=1, rollout_sessions=3, policy_sessions=1, policy_tokens=16,
                   eval_users=1, on_policy=False, write_tokens=16, top_k=3, held_out_users=1, held_out_sessions=2,
