@@ -38,6 +38,7 @@ from membuilder.llm.base import (
     check_sampling,
 )
 from membuilder.llm.context_fit import fit_rendered, model_context_length, prompt_budget
+from membuilder.llm.cpu_flags import cpu_flags
 from membuilder.llm.loading import load_causal_lm
 
 # Below this many shared leading tokens, running a prefix apart costs more than it saves.
@@ -78,15 +79,8 @@ def cpu_bf16_is_fast() -> bool:
     1.4x slower, and generation at the same speed. So such CPUs keep float32. torch's own probe
     asks the kernel for AMX permission when ``/proc/cpuinfo`` does not list it.
     """
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    if "amx_bf16" in line.split(":", 1)[1].split():
-                        return True
-                    break
-    except OSError:
-        pass
+    if "amx_bf16" in cpu_flags():
+        return True
     import torch
 
     probe = getattr(getattr(torch._C, "_cpu", None), "_init_amx", None)

@@ -36,6 +36,7 @@ from membuilder.llm.base import (
     check_sampling,
 )
 from membuilder.llm.context_fit import fit_conversation, prompt_budget
+from membuilder.llm.cpu_flags import cpu_flags
 
 # Most label tokens one request may read (vLLM's MAX_LOGPROB_TOKEN_IDS); more options take the slow path.
 MAX_LABEL_IDS = 128
@@ -97,15 +98,8 @@ def cpu_engine_dtype(flags: set[str] | None = None) -> str:
     AVX512-BF16, the CPU flags ``amx_bf16`` / ``avx512_bf16``), else float32. vLLM itself picks bfloat16 for
     any x86 CPU and a bfloat16 checkpoint; on an AVX2-only AMD EPYC (2 cores) that ran 4.4-5.3x slower than
     float32 (SmolLM2-135M option scoring: 13.4 s against 3.05 s, 351 s against 66.7 s). ``flags``: the CPU's
-    flags (default: read from /proc/cpuinfo; none readable counts as none)."""
-    if flags is None:
-        flags = set()
-        try:
-            with open("/proc/cpuinfo") as f:
-                flags = next((set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), set())
-        except OSError:
-            pass
-    return "bfloat16" if flags & {"amx_bf16", "avx512_bf16"} else "float32"
+    flags (default: this CPU's, ``cpu_flags``)."""
+    return "bfloat16" if set(cpu_flags() if flags is None else flags) & {"amx_bf16", "avx512_bf16"} else "float32"
 
 
 def vllm_available() -> bool:

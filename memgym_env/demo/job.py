@@ -324,7 +324,7 @@ def _generation_worker(threads: int, tasks, events) -> None:
 
 
 def _evaluate_in_workers(setting: dict[str, Any], sizes: DemoSizes, writers: dict[str, tuple[str, Any]],
-                         progress: Progress, total: int, workers: int) -> dict[str, dict[str, Any]]:
+                         progress: Progress, workers: int) -> dict[str, dict[str, Any]]:
     """The constructors' generation split into whole batches (``greedy_batches``, as one serial call makes
     them) shared by ``workers`` spawned processes of one torch thread, so both cores stay busy to the end:
     the untrained model runs every output to the token limit and alone would hold one core long after the
@@ -348,6 +348,7 @@ def _evaluate_in_workers(setting: dict[str, Any], sizes: DemoSizes, writers: dic
         p.start()
     made: dict[int, tuple[list[str], list[bool]]] = {}
     done: dict[str, int] = dict.fromkeys(writers, 0)
+    total = {label: len(prompts[label][0]) for label in writers}
     try:
         while len(made) < len(batches):
             try:
@@ -362,7 +363,7 @@ def _evaluate_in_workers(setting: dict[str, Any], sizes: DemoSizes, writers: dic
             made[tid] = payload
             done[label] += len(payload[0])
             progress.set("constructors · " + ", ".join(writers),
-                         "  ".join(f"{k} {'done' if v == total else f'{v}/{total}'}" for k, v in done.items()))
+                         "  ".join(f"{k} {'done' if v == total[k] else f'{v}/{total[k]}'}" for k, v in done.items()))
     finally:
         for p in procs:
             p.join(timeout=10)
@@ -395,7 +396,7 @@ def compare_constructors(setting: dict[str, Any], sizes: DemoSizes, writers: dic
         setting = {**setting, "max_completion_tokens": min(card_tokens, sizes.held_out_tokens)}
     progress.set("constructors · held-out sessions", f"{sizes.held_out_users} users x {sizes.held_out_sessions} sessions")
     if workers > 1 and len(writers) > 1:
-        built = _evaluate_in_workers(setting, sizes, writers, progress, total, workers)
+        built = _evaluate_in_workers(setting, sizes, writers, progress, workers)
     else:
         scorer = held_out_scorer(setting, sizes.held_out_users, sizes.held_out_sessions)
         built = {}
