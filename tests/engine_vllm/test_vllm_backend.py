@@ -124,11 +124,12 @@ def test_one_token_options_read_the_next_token_only_and_agree_with_the_per_optio
     conv = ask("Which is a fruit? Answer with the number only.\n1. Chair\n2. Apple\n3. River")
     fast = model.choice_logprobs(conv, ["1", "2", "3"])
     slow = model.choice_logprobs(conv, ["1", "2", "3", "Banana split"])[:3]
-    assert fast == pytest.approx(slow, abs=0.1) and all(s < 0 for s in fast)
+    # within bfloat16's batching noise (up to 0.08 on AMX, see above); float32 agrees far closer
+    assert fast == pytest.approx(slow, abs=0.15) and all(s < 0 for s in fast)
     assert sorted(range(3), key=lambda i: fast[i]) == sorted(range(3), key=lambda i: slow[i])
     # Prompts of both kinds in one call keep their own rows.
     mixed = model.choice_logprobs_batch([conv, conv], [["1", "2", "3"], ["1", "2", "3", "Banana split"]])
-    assert mixed[0] == pytest.approx(fast, abs=0.1) and mixed[1][:3] == pytest.approx(slow, abs=0.1)
+    assert mixed[0] == pytest.approx(fast, abs=0.15) and mixed[1][:3] == pytest.approx(slow, abs=0.15)
 
 
 def test_usage_is_booked(model):
