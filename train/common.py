@@ -136,11 +136,15 @@ def train_and_finish(trainer, save_policy_to: str | None, tokenizer):
 def close_colocated_engine(trainer) -> None:
     """Stop a colocated vLLM engine while the process group it was built in still exists: left to
     the interpreter's exit, its shutdown runs after ``end_training`` has torn the group down and
-    prints a ValueError traceback ("Invalid process group specified") after a run that trained fine."""
-    llm = getattr(getattr(trainer, "vllm_generation", None), "llm", None)
-    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
-    if core is not None and hasattr(core, "shutdown"):
-        core.shutdown()
+    prints a ValueError traceback ("Invalid process group specified") after a run that trained fine.
+    The engine's model is freed with it (``release_engine``), so runs that follow in this process start clean."""
+    generation = getattr(trainer, "vllm_generation", None)
+    if getattr(generation, "llm", None) is None:
+        return
+    from membuilder.llm.vllm_backend import release_engine
+
+    release_engine(generation.llm)
+    generation.llm = None
 
 
 def check_memory(trainer) -> None:

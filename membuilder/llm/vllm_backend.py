@@ -20,6 +20,8 @@ entry point with ``if __name__ == "__main__":``.
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import importlib.util
 import json
 import os
@@ -91,6 +93,53 @@ def _build_engine(vllm, kwargs: dict[str, Any], in_process: bool):
             os.environ.pop(key, None)
         else:
             os.environ[key] = before
+
+
+def release_engine(llm) -> None:
+    """Stop ``llm`` (a ``vllm.LLM``) and let this process free its model.
+
+    Shutting the engine's core down frees its KV cache, but a model that vLLM compiled has registered a
+    bytecode hook with torch's compiler, and torch keeps that hook (and through it the model) for the life of
+    the process; so do the records vLLM keeps of its layers for reloading weights (the colocated trainer's weight
+    sync), whose values hold the layers they are keyed by. Colocated trainers built one after another in one
+    process (the ladder's RL stages, the vLLM test suite) each left 2.5-3 GB behind with SmolLM2-135M in
+    float32, about 1 GB after a plain shutdown, until the process ran out of memory; with the hooks removed,
+    the records dropped and the freed memory handed back, the process stays within 0.1 GB of where it was."""
+    engine = getattr(llm, "llm_engine", None)
+    model = _in_process_model(engine)
+    core = getattr(engine, "engine_core", None)
+    if core is not None and hasattr(core, "shutdown"):
+        core.shutdown()
+    if model is not None:
+        try:
+            from vllm.model_executor.model_loader.reload.layerwise import LAYERWISE_INFO
+        except ImportError:  # a vLLM without layerwise reloading keeps no such records
+            LAYERWISE_INFO = {}
+        for module in model.modules():
+            handle = getattr(module, "_bytecode_hook_handle", None)
+            if handle is not None:
+                handle.remove()
+            LAYERWISE_INFO.pop(module, None)
+    del model
+    gc.collect()
+    _return_freed_memory()
+
+
+def _return_freed_memory() -> None:
+    """Hand memory freed inside the allocator's arenas back to the system (glibc only), so that the next engine
+    reuses it: measured here, the process otherwise kept about 1 GB more after each colocated engine."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
+def _in_process_model(engine):
+    """The torch module an engine runs in this process, or None (its core in another process, or another layout)."""
+    try:
+        return engine.model_executor.driver_worker.model_runner.get_model()
+    except Exception:  # a core in its own process, or a vLLM that lays its workers out otherwise
+        return None
 
 
 def cpu_engine_dtype(flags: set[str] | None = None) -> str:
@@ -206,9 +255,7 @@ class VLLMChatModel:
         """Stop the engine's processes now rather than at interpreter exit (their workers poll)."""
         if not self._owns_engine:
             return
-        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
-        if core is not None and hasattr(core, "shutdown"):
-            core.shutdown()
+        release_engine(self.llm)
 
     @property
     def engine(self) -> str:

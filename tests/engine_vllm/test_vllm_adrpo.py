@@ -12,7 +12,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from train.common import require_vllm  # noqa: E402
+from train.common import close_colocated_engine, require_vllm  # noqa: E402
 from train.ladder.evaluator import Evaluator  # noqa: E402
 from train.ladder.settings import LadderArgs, rl_argv  # noqa: E402
 
@@ -21,6 +21,16 @@ pytestmark = pytest.mark.slow
 TINY_RUN = ["--max_steps", "2", "--max_completion_length", "16", "--max_prompt_tokens", "768",
             "--users", "0-1", "--max_sessions_per_user", "1", "--learning_rate", "1e-3", "--save_strategy", "no",
             "--logging_steps", "1", "--vllm_max_model_length", "1024"]
+
+
+@pytest.fixture
+def release():
+    """Call it with each trainer a test builds: their colocated engines are closed when the test ends, pass or
+    fail. Left open, each engine held its model and KV cache (2.5-3 GB) until the suite ran out of memory."""
+    built = []
+    yield built.append
+    for trainer in built:
+        close_colocated_engine(trainer)
 
 
 def test_server_mode_on_a_cpu_stops_at_start_and_says_why():
@@ -33,7 +43,7 @@ def test_server_mode_on_a_cpu_stops_at_start_and_says_why():
     require_vllm(True, "colocate")
 
 
-def test_two_adrpo_steps_with_a_colocated_engine_whose_weights_follow_the_policy(tmp_path, monkeypatch):
+def test_two_adrpo_steps_with_a_colocated_engine_whose_weights_follow_the_policy(tmp_path, monkeypatch, release):
     import torch
     from vllm import SamplingParams
 
@@ -42,6 +52,7 @@ def test_two_adrpo_steps_with_a_colocated_engine_whose_weights_follow_the_policy
     monkeypatch.chdir(ROOT)
     trainer, _, tokenizer = build(["--config", "configs/train/adrpo_smollm2_cpu_vllm.yaml", *TINY_RUN,
                                    "--output_dir", str(tmp_path / "run")])
+    release(trainer)
     generation = trainer.vllm_generation
     assert generation.mode == "colocate"
     assert getattr(generation.sync_weights, "__name__", "") == "<lambda>"  # the CPU sync, not TRL's per-tensor push
@@ -76,7 +87,8 @@ def test_two_adrpo_steps_with_a_colocated_engine_whose_weights_follow_the_policy
     assert engine_reply() == before, "restoring the weights did not restore the engine's greedy reply"
 
 
-def test_a_run_continuing_a_lora_adapter_starts_its_engine_from_the_base_and_syncs_the_adapter(tmp_path, monkeypatch):
+def test_a_run_continuing_a_lora_adapter_starts_its_engine_from_the_base_and_syncs_the_adapter(tmp_path, monkeypatch,
+                                                                                             release):
     """The ladder's RL stages continue the SFT adapter: the engine cannot load an adapter folder, so it
     starts from the adapter's base and gets the merged policy before the first rollout."""
     from train.adrpo import build
@@ -86,6 +98,7 @@ def test_a_run_continuing_a_lora_adapter_starts_its_engine_from_the_base_and_syn
     adapter = "membuilder/policies/smollm2-135m-memgym"
     trainer, _, _ = build(["--config", "configs/train/adrpo_smollm2_cpu_vllm.yaml", *TINY_RUN, "--max_steps", "1",
                            "--model_name_or_path", adapter, "--output_dir", str(tmp_path / "run")])
+    release(trainer)
     assert trainer.model.name_or_path == full_checkpoint(adapter) != adapter
     trainer.train()
     assert trainer._last_loaded_step == 0  # synced before the first rollout
@@ -93,10 +106,12 @@ def test_a_run_continuing_a_lora_adapter_starts_its_engine_from_the_base_and_syn
     assert len(steps) == 1 and steps[0]["completions/mean_length"] > 0
 
 
-def test_the_ladders_rl_runs_follow_one_another_in_one_process_each_with_its_own_engine(tmp_path, monkeypatch):
+def test_the_ladders_rl_runs_follow_one_another_in_one_process_each_with_its_own_engine(tmp_path, monkeypatch,
+                                                                                         release):
     """make ladder trains its RL runs one after the other in one process, each with a colocated engine,
     as ``train.ladder.settings.rl_argv`` (use_vllm in the shipped RL stages) starts them from the SFT adapter."""
     import gc
+    import weakref
 
     from train.adrpo import build
 
@@ -110,6 +125,7 @@ def test_the_ladders_rl_runs_follow_one_another_in_one_process_each_with_its_own
         argv = rl_argv(a, run, 0, "membuilder/policies/smollm2-135m-memgym", tmp_path / run)
         trainer, _, _ = build([*argv, "--max_steps", "1", "--users", "0", "--max_sessions_per_user", "1",
                                "--save_strategy", "no", "--logging_steps", "1", "--vllm_max_model_length", "1024"])
+        release(trainer)
         assert trainer.vllm_generation.mode == "colocate"
         assert trainer.session_reward.scorer.config.alpha == alpha
         frozen = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if not p.requires_grad}
@@ -133,11 +149,17 @@ def test_the_ladders_rl_runs_follow_one_another_in_one_process_each_with_its_own
             (point,) = curve.points
             assert point["engine"] == "vllm" and point["step"] == 1 and 0.0 <= point["held_out_reward"] <= 1.0
             assert trainer.model.training == mode
+        # as the ladder does between stages: the closed engine's model is freed, not kept for the process's life
+        from membuilder.llm.vllm_backend import _in_process_model
+
+        engine_model = weakref.ref(_in_process_model(trainer.vllm_generation.llm.llm_engine))
+        close_colocated_engine(trainer)
         del trainer, steps
         gc.collect()
+        assert engine_model() is None, f"{run}: the closed engine's model is still held"
 
 
-def test_the_importance_ratio_read_off_the_loss_pass_gives_trls_loss_and_statistics(tmp_path, monkeypatch):
+def test_the_importance_ratio_read_off_the_loss_pass_gives_trls_loss_and_statistics(tmp_path, monkeypatch, release):
     """With no dropout and one update per generation batch, the vLLM importance ratio computed from the loss
     pass's log-probs (no separate forward after generation) gives the loss and the mismatch statistics that TRL's
     own pass gives on the same completions; with dropout on, TRL's pass runs."""
@@ -146,6 +168,7 @@ def test_the_importance_ratio_read_off_the_loss_pass_gives_trls_loss_and_statist
     monkeypatch.chdir(ROOT)
     trainer, _, _ = build(["--config", "configs/train/adrpo_smollm2_cpu_vllm.yaml", *TINY_RUN, "--max_steps", "1",
                            "--temperature", "1.0", "--max_completion_length", "24", "--output_dir", str(tmp_path / "run")])
+    release(trainer)
     assert trainer.ratio_in_loss
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps  # what train() sets
@@ -182,4 +205,5 @@ def test_the_importance_ratio_read_off_the_loss_pass_gives_trls_loss_and_statist
 
     again, _, _ = build(["--config", "configs/train/adrpo_smollm2_cpu_vllm.yaml", *TINY_RUN, "--max_steps", "1",
                          "--disable_dropout", "false", "--output_dir", str(tmp_path / "dropout")])
+    release(again)
     assert not again.ratio_in_loss

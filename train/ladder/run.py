@@ -42,6 +42,7 @@ from membuilder.plumbing.json_files import atomic_write_bytes, write_json
 from membuilder.plumbing.stats import bootstrap_ci
 from membuilder.training.checkpoints import save_policy
 from train import adrpo, sft
+from train.common import close_colocated_engine
 from train.ladder.curve_callback import CurveCallback, same_pick
 from train.ladder.evaluator import Evaluator, cached_json, oracle_over_limit
 from train.ladder.policy_actions import held_out_actions, rollout_actions
@@ -94,6 +95,7 @@ def _train_resumable(folder: Path, build, callbacks) -> str:
     trainer.train(resume_from_checkpoint=last)
     save_policy(trainer.model, tokenizer, folder / "policy")
     _log_history(folder, trainer)
+    close_colocated_engine(trainer)  # the next stage builds its own engine in this process
     del trainer
     gc.collect()
     for done in folder.glob("checkpoint-*"):  # the finished adapter replaces them
