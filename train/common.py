@@ -20,6 +20,7 @@ from membuilder.llm.embedders import load_embedder
 from membuilder.llm.loading import load_causal_lm
 from membuilder.llm.registry import resolve_chat_path
 from membuilder.llm.transformers_backend import cpu_bf16_is_fast
+from membuilder.llm.vllm_backend import release_engine
 from membuilder.memory import EmbeddingCache
 from membuilder.training.checkpoints import save_policy
 from membuilder.training.memory_estimate import require_fit, trainer_estimate
@@ -141,8 +142,6 @@ def close_colocated_engine(trainer) -> None:
     generation = getattr(trainer, "vllm_generation", None)
     if getattr(generation, "llm", None) is None:
         return
-    from membuilder.llm.vllm_backend import release_engine
-
     release_engine(generation.llm)
     generation.llm = None
 
