@@ -104,7 +104,8 @@ def release_engine(llm) -> None:
     sync), whose values hold the layers they are keyed by. Colocated trainers built one after another in one
     process (the ladder's RL stages, the vLLM test suite) each left 2.5-3 GB behind with SmolLM2-135M in
     float32, about 1 GB after a plain shutdown, until the process ran out of memory; with the hooks removed,
-    the records dropped and the freed memory handed back, the process stays within 0.1 GB of where it was."""
+    the records dropped and the freed memory handed back, it levels off (1.17, 1.68, 1.74, 1.80 GB after each
+    of four in a row, one measured run)."""
     engine = getattr(llm, "llm_engine", None)
     model = _in_process_model(engine)
     core = getattr(engine, "engine_core", None)
