@@ -148,3 +148,25 @@ def test_a_work_folder_made_under_the_flat_names_resumes_and_lends_its_sft_stage
     assert (work / "eval" / "sft.vllm.json").exists()
     check_work_dir(ablation, work)
     assert json.loads((work / "settings.json").read_text()) == work_settings(ablation)
+
+
+def test_rl_settings_may_change_until_an_rl_stage_begins(tmp_path):
+    """A folder with base and SFT only takes new RL settings (a sweep chose them after SFT); once an RL stage has
+    written anything, they are fixed, and SFT's settings never change."""
+    work = tmp_path / "ladder"
+    made = parse_args([*LADDER, "--work_dir", str(work)])
+    check_work_dir(made, work)
+    (work / "sft" / "policy").mkdir(parents=True)
+    (work / "sft" / "policy" / "adapter_config.json").write_text("{}", encoding="utf-8")
+    swept = parse_args([*LADDER, "--work_dir", str(work), "--set", "stages.grpo.overrides.learning_rate=3e-05",
+                        "stages.grpo.overrides.beta=0.02"])
+    check_work_dir(swept, work)
+    assert json.loads((work / "settings.json").read_text()) == work_settings(swept)
+    with pytest.raises(SystemExit, match=r"stages\.sft\.overrides\.learning_rate"):
+        check_work_dir(parse_args([*LADDER, "--work_dir", str(work), "--set",
+                                   "stages.sft.overrides.learning_rate=0.002"]), work)
+    (work / "seed0" / "grpo").mkdir(parents=True)
+    check_work_dir(swept, work)  # an empty RL folder has not begun
+    (work / "seed0" / "grpo" / "trainer_log.json").write_text("[]", encoding="utf-8")
+    with pytest.raises(SystemExit, match=r"stages\.grpo\.overrides\.learning_rate 3e-05 -> 0\.0001"):
+        check_work_dir(made, work)

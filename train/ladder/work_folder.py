@@ -67,6 +67,11 @@ def pin_engine(a: LadderArgs) -> None:
     os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(a.vllm_kv_cache_gb)
 
 
+def rl_started(work: Path) -> bool:
+    """Whether any RL stage in ``work`` has begun: its folder (``seed<N>/<stage>``) holds a file."""
+    return any(path.is_file() for seed in work.glob("seed*") for path in seed.rglob("*"))
+
+
 def check_work_dir(a: LadderArgs, work: Path) -> None:
     """A work folder resumes only under the settings that made it: its cached evaluations and trained
     stages are keyed by stage name alone, so other settings would mix stale results into the report."""
@@ -75,6 +80,14 @@ def check_work_dir(a: LadderArgs, work: Path) -> None:
     if path.exists():
         made = made_settings(path)
         changed = sorted(k for k in set(made) | set(now) if made.get(k) != now.get(k))
+        if changed and all(rl_only(k) for k in changed) and not rl_started(work):
+            # Nothing in the folder depends on RL settings until an RL stage begins: the recipe's RL settings
+            # may still be chosen (by python -m train.ladder.sweep on this SFT stage) after SFT has trained.
+            print(f"ladder: {work} has no RL stage yet; taking the RL settings as they are now: "
+                  + "; ".join(f"{k} {made.get(k)!r} -> {now.get(k)!r}" for k in changed), file=sys.stderr)
+            if not a.report_only:
+                write_json(path, now)
+            return
         if changed:
             raise SystemExit(f"{work} was made with other settings ({path}): "
                              + "; ".join(f"{k} {made.get(k)!r} -> {now.get(k)!r}" for k in changed)
