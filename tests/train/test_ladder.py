@@ -233,15 +233,25 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
     shipped_config = json.loads((tmp_path / "shipped" / "card.json").read_text())["config"]
     assert shipped_config["stages"]["adrpo"]["overrides"]["env_overrides"]["alpha"] == 4.0
 
-    # a sweep of RL settings runs each point as such an ablation and tables them against SFT
+    # a sweep of RL settings runs each point as such an ablation and tables them against SFT, judged on the
+    # held-out reward alone: no interactive score or grounding on conv-26 for its RL run, and the SFT stage's,
+    # copied from the ladder, left as they were
+    flags = _argv(tiny_path, tmp_path)[2:]  # the ladder's flags but --config, and its grounding left to the sweep
+    at = flags.index("--grounding_sessions")
     points = sweep.main(["--sft_from", str(tmp_path / "work"), "--grid", "learning_rate=1e-3,1e-5", "--steps", "1",
                          "--work_root", str(tmp_path / "sweep"), "--out", str(tmp_path / "sweep-results"),
-                         "--ladder_args", *_argv(tiny_path, tmp_path)[2:]])  # the ladder's flags but --config
+                         "--ladder_args", *flags[:at], *flags[at + 2:]])
     assert [p["name"] for p in points] == ["learning_rate0.001", "learning_rate1e-05"]
     for p in points:
         assert p["vs_sft"]["n"] == 3 and p["sft_reward"] == rows[1]["reward_evidence"]
         stage = yaml.safe_load((tmp_path / "sweep" / p["name"] / "seed0" / "grpo" / "stage.yaml").read_text())
         assert (stage["learning_rate"], stage["max_steps"]) == (p["learning_rate"], 1)
+        point_rows = json.loads((tmp_path / "sweep-results" / p["name"] / "ladder.json").read_text())
+        rl_row = next(r for r in point_rows if r["stage"] == "grpo")
+        assert rl_row["memory_score"] is None and rl_row["real_grounding"] is None
+        for name in ("sft-memory", "sft-grounding"):
+            made = tmp_path / "work" / "eval" / f"{name}.transformers.json"
+            assert (tmp_path / "sweep" / p["name"] / "eval" / made.name).read_bytes() == made.read_bytes()
     assert "| learning_rate0.001 |" in (tmp_path / "sweep-results" / "sweep.md").read_text()
     assert json.loads((tmp_path / "shipped" / "card.json").read_text()) == card  # sweeps ship nothing
 

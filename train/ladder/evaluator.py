@@ -104,9 +104,11 @@ class Evaluator:
                                               valid=lambda r: self.same_sessions(r) and self.same_dtype(r)))
         memory = cached_json(self.cache(f"{name}-memory"), lambda: self.memory_score(policy, label),
                              valid=lambda m: m.get("memory_settings") == self.memory_settings() and self.same_dtype(m)
-                             and (not self.a.memory_score_world or "memory_accuracy" in m))
-        grounding = cached_json(self.cache(f"{name}-grounding"), lambda: self.real_grounding(policy, label),
-                                valid=lambda g: g.get("settings") == self.grounding_settings() and self.same_dtype(g))
+                             and (not self.scores_memory() or "memory_accuracy" in m))
+        # grounding off leaves its cache alone, so a sweep that skips it keeps the copied SFT figures intact
+        grounding = self.real_grounding(policy, label) if not self.a.grounding_sessions else cached_json(
+            self.cache(f"{name}-grounding"), lambda: self.real_grounding(policy, label),
+            valid=lambda g: g.get("settings") == self.grounding_settings() and self.same_dtype(g))
         return {**res, **memory, "real_grounding": grounding if grounding.get("all") else None}
 
     def same_sessions(self, res: dict[str, Any]) -> bool:
@@ -166,9 +168,12 @@ class Evaluator:
             write_world(generate_world(load_config("configs/env/base.yaml", dict(self.a.memory_score_world))), path)
         return path
 
+    def scores_memory(self) -> bool:
+        return bool(self.a.memory_score_world) and self.a.interactive_eval
+
     def memory_score(self, policy: str, label: str) -> dict[str, Any]:
         """MemoryGym-Interactive-v0's MemBuilder assistant writing memory with ``policy``."""
-        if not self.a.memory_score_world:
+        if not self.scores_memory():
             return {"memory_score": None, "memory_score_ci": None, "memory_settings": self.memory_settings(),
                     "engine_dtype": self.engine_dtype()}
         t0 = time.perf_counter()

@@ -175,6 +175,10 @@ class LadderArgs:
                                                                "seed": 4242}, metadata={
         "help": "World settings (over configs/env/base.yaml) of the interactive memory score; its users are never "
                 "trained on. {} = off."})
+    interactive_eval: bool = field(default=True, metadata={
+        "help": "Score each stage in MemoryGym-Interactive-v0 (memory_score_world); off, a stage is judged on its "
+                "held-out reward alone, as a sweep point is (the interactive score costs about 15-25 minutes a stage "
+                "on 2 cores). Free to change: the cached scores stay and count again when it is back on."})
     adapter_out: str | None = field(default="membuilder/policies/smollm2-135m-memgym", metadata={
         "help": "Where the shipped policy goes (bf16, with card.json): the first seed of the stage with the best "
                 "held-out reward pooled over seeds; None (or a ladder on another's SFT stage): not exported."})
