@@ -75,6 +75,7 @@ bench: setup
 	$(PY) bench/longmemeval_read.py
 	$(PY) bench/remote_scoring.py
 	$(PY) bench/lora_dropout.py
+	$(PY) bench/shared_prompt_loss.py
 
 # Engines against each other on whole jobs (about an hour on 2 cores): an ADRPO step, the answer
 # stage of a 40-question LoCoMo eval and a ladder stage evaluation, with transformers and (given

@@ -8,8 +8,10 @@ completions of ``completion_tokens`` random tokens, right-padded to different le
 from __future__ import annotations
 
 
-def agent_prompt_batch(tokenizer, prompt_tokens: int, generations: int, completion_tokens: int):
-    """(prompt ids, prompt + completion ids [G, T], attention mask [G, T])."""
+def agent_prompt_batch(tokenizer, prompt_tokens: int, generations: int, completion_tokens: int,
+                       lengths: list[int] | None = None):
+    """(prompt ids, prompt + completion ids [G, T], attention mask [G, T]); ``lengths``: each completion's real
+    length, the rest of its ``completion_tokens`` padding (the batch's width)."""
     import torch
 
     from membuilder.training.prompts import fit_prompt, token_counter
@@ -27,4 +29,10 @@ def agent_prompt_batch(tokenizer, prompt_tokens: int, generations: int, completi
     mask = torch.ones_like(ids)
     for k in range(g):
         mask[k, ids.size(1) - k * (c // (2 * g)):] = 0
+    if lengths is not None:
+        if len(lengths) != g or not all(0 < n <= c for n in lengths):
+            raise ValueError(f"lengths {lengths}: give {g} lengths of 1 to {c} tokens")
+        for k, n in enumerate(lengths):
+            mask[k, prompt.numel():] = 0
+            mask[k, prompt.numel():prompt.numel() + n] = 1
     return prompt, ids, mask

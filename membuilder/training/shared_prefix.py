@@ -5,7 +5,8 @@ model on its own, so a 600-token prompt with G = 8 completions of 100 tokens cos
 of forward and backward where 1,400 carry information: on a CPU that is most of an RL step.
 Here the rows are grouped by identical prompt; each group's prompt goes through the backbone
 once (its padding stripped, so positions start at 0 as in generation), its key/value cache is
-repeated for the group's rows, and only the completions run on top of it. Gradients reach the
+repeated for the group's rows, and only the completions run on top of it, up to the group's
+longest (not the batch's), with the vocabulary head at real tokens only. Gradients reach the
 prompt's activations through the repeated cache, summed over the group's rows, which is what G
 separate passes would give.
 """
@@ -69,9 +70,12 @@ def through_wrapper(model, compute):
 
 
 def shared_prefix_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
-                        temperature: float = 1.0, compute_entropy: bool = False):
+                        temperature: float = 1.0, compute_entropy: bool = False, trim_padding: bool = True):
     """Log-probs (and entropies) of the last ``logits_to_keep`` tokens of each row, as TRL's
-    ``_get_per_token_logps_and_entropies`` returns them, computing each distinct prompt once."""
+    ``_get_per_token_logps_and_entropies`` returns them at real tokens, computing each distinct prompt once.
+
+    ``trim_padding=False`` runs every completion to the batch's width and scores padding too, as TRL's pass
+    does (``bench/shared_prompt_loss.py`` times both)."""
     from transformers import DynamicCache
 
     backbone, head = _parts(model)
@@ -86,20 +90,32 @@ def shared_prefix_logps(model, input_ids: torch.Tensor, attention_mask: torch.Te
     for rows in prompt_groups(prompts, prompt_mask):
         idx = torch.tensor(rows, device=input_ids.device)
         prompt = prompts[rows[0]][prompt_mask[rows[0]].bool()].unsqueeze(0)
+        # Completions come right-padded to the longest of the whole batch (the 256-token limit whenever one
+        # rollout hit it), while a group's are mostly far shorter: the backbone runs to the group's last real
+        # token only, and the vocabulary-wide head and softmax only at real tokens. Causal attention makes
+        # the cut exact; padded positions keep log-prob 0, which the loss masks out anyway.
+        group_mask = completion_mask[idx]
+        used = group_mask.any(0).nonzero()
+        width_used = max(1, int(used.max()) + 1) if used.numel() and trim_padding else completions.size(1)
+        group_mask, group_ids = group_mask[:, :width_used], completions[idx, :width_used]
         cache = DynamicCache()
         first = backbone(input_ids=prompt, use_cache=True, **{cache_arg: cache})
         cache.batch_repeat_interleave(len(rows))
-        mask = torch.cat([prompt_mask.new_ones(len(rows), prompt.size(1)), completion_mask[idx]], dim=1)
-        rest = backbone(input_ids=completions[idx], attention_mask=mask, use_cache=True, **{cache_arg: cache})
+        mask = torch.cat([prompt_mask.new_ones(len(rows), prompt.size(1)), group_mask], dim=1)
+        rest = backbone(input_ids=group_ids, attention_mask=mask, use_cache=True, **{cache_arg: cache})
         # the prompt's last position predicts the first completion token; completion position t the next
         hidden = torch.cat([first.last_hidden_state[:, -1:].expand(len(rows), -1, -1),
                             rest.last_hidden_state[:, :-1]], dim=1)
-        logits = head(hidden).float() / temperature
+        real = group_mask.bool() if trim_padding else torch.ones_like(group_mask, dtype=torch.bool)
+        logits = head(hidden[real]).float() / temperature
         logp_all = torch.log_softmax(logits, dim=-1)
-        out_logps.append(torch.gather(logp_all, -1, completions[idx].unsqueeze(-1)).squeeze(-1))
+        at = torch.zeros(len(rows), completions.size(1), dtype=torch.bool, device=input_ids.device)
+        at[:, :width_used] = real
+        out_logps.append(logps.new_zeros(at.shape).masked_scatter(
+            at, torch.gather(logp_all, -1, group_ids[real].unsqueeze(-1)).squeeze(-1)))
         if compute_entropy:
             with torch.no_grad():
-                out_ent.append(-(logp_all.exp() * logp_all).sum(-1))
+                out_ent.append(logps.new_zeros(at.shape).masked_scatter(at, -(logp_all.exp() * logp_all).sum(-1)))
         out_rows.append(idx)
     order = torch.cat(out_rows)
     logps = logps.index_copy(0, order, torch.cat(out_logps))

@@ -56,15 +56,21 @@ def test_groups_follow_identical_prompts_whatever_the_order():
     assert prompt_groups(ids[:, :9], mask[:, :9]) == [[0, 2], [1, 3, 4]]
 
 
-def test_shared_prompt_logps_and_gradients_equal_one_pass_per_row():
+@pytest.mark.parametrize("batch_padding", [0, 4])
+def test_shared_prompt_logps_and_gradients_equal_one_pass_per_row(batch_padding):
+    """``batch_padding``: completions padded past every group's longest, as a batch whose longest rollout hit
+    the length limit pads the others; the pass stops at each group's last real token."""
     model = _model()
     ids, mask = _batch()
-    keep, temperature = 5, 0.7
+    ids = torch.cat([ids, ids.new_zeros(ids.size(0), batch_padding)], dim=1)
+    mask = torch.cat([mask, mask.new_zeros(mask.size(0), batch_padding)], dim=1)
+    keep, temperature = 5 + batch_padding, 0.7
     ref = _reference(model, ids, mask, keep, temperature)
     got, ent = shared_prefix_logps(model, ids, mask, keep, temperature, compute_entropy=True)
     cmask = mask[:, -keep:].bool()
-    assert torch.allclose(got[cmask], ref[cmask], atol=1e-5)
+    assert got.shape == (5, keep) and torch.allclose(got[cmask], ref[cmask], atol=1e-5)
     assert ent.shape == got.shape and bool((ent[cmask] > 0).all())
+    assert not got[~cmask].any() and not ent[~cmask].any()  # padding is never scored
 
     lora = [p for n, p in model.named_parameters() if "lora_" in n]
     grads = []
