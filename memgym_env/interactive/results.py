@@ -87,7 +87,9 @@ def collect_results(run: Path, world: World, users: Sequence[WorldUser], meta: d
                "memory_score_ci95": None if score_ci is None else [round(x, 4) for x in score_ci],
                "factual_recall": metrics.nanmean(recall_arr),
                "evidence_overlap": sum(overlap) / len(overlap) if overlap else None,
-               **{k: v for k, v in metrics.overall_rates(labels).items() if k in metrics.FAILURES},
+               # no diagnosis without probes (or with a user's unanswered): None, as JSON has no NaN
+               **{k: None if np.isnan(v) else v for k, v in metrics.overall_rates(labels).items()
+                  if k in metrics.FAILURES},
                "unparsed_answers": int(sum(not p for p in parsed))}
     return {**{k: meta.get(k) for k in ("assistant", "mode", "model", "constructor", "simulator", "replay", "evolve",
                                          "world", "workers")},
@@ -173,7 +175,8 @@ def plot(results: Sequence[dict[str, Any]], folder: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(results) + 2), 4))
     bottom = np.zeros(len(results))
     for kind, color in zip(metrics.FAILURES, ("#d62728", "#ff7f0e", "#1f77b4"), strict=True):
-        vals = np.array([np.nan_to_num(r["overall"][kind]) for r in results])
+        vals = np.array([np.nan_to_num(r["overall"][kind] if r["overall"][kind] is not None else np.nan)
+                         for r in results])
         ax.bar(names, vals, bottom=bottom, label=kind, color=color)
         bottom += vals
     ax.set(ylabel="share of questions", title="Failures by cause (sum = 1 - accuracy)")

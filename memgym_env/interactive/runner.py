@@ -71,6 +71,10 @@ class RunConfig:
     context_tokens: int = field(default=1024, metadata={"help": "most tokens of memory text in a prompt"})
     top_k: int | None = field(default=None, metadata={"help": "retrieved items for rag, awe, mem0, mem0-infer (published default 30) and a-mem (default 10, as memgym eval)"})
     factual_recall: bool = field(default=True, metadata={"help": "check each period's new facts against memory"})
+    probes: bool = field(default=True, metadata={
+        "help": "ask each period's diagnosis probes (which value of each variable holds now); off, the write/read/"
+                "utilization diagnosis is left out and the questions' answers are unchanged (MemBuilder on SmolLM2: "
+                "about a sixth of a run's time)"})
     checker: str | None = field(default=None, metadata={"help": "model spec of the factual-recall checker (default: --model)"})
     evolve: str = field(default="none", metadata={"help": "self-evolution of awe/awi: none, question-only, complete"})
     threads: int | None = field(default=None, metadata={"help": "torch CPU threads (per worker; default: cores / workers)"})
@@ -161,7 +165,7 @@ class UserRun:
 
     def play(self, start: int, progress) -> None:
         user, assistant = self.user, self.assistant
-        env = InteractiveEnv(self.world, simulator=self.simulator, seed=self.cfg.seed)
+        env = InteractiveEnv(self.world, simulator=self.simulator, seed=self.cfg.seed, probes=self.cfg.probes)
         obs, info = env.reset(seed=self.cfg.seed, options={"user": user.id, "start_period": start})
         assistant.reset(user.id)
         if start > 0:

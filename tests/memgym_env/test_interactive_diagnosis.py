@@ -78,3 +78,28 @@ def test_factual_recall_is_one_test_for_every_assistant_and_evidence_overlap_is_
         assert factual_recall_flags(assistant, tiny_model, [fact], 256) == [True]
     assert evidence_overlap_flags(mb, [fact]) == [False]  # MemBuilder's own diagnostic: not from session p1-s0
     assert evidence_overlap_flags(native, [fact]) is None
+
+
+def test_without_probes_the_questions_are_answered_alike_and_the_diagnosis_is_left_out(tiny_model, tmp_path):
+    """The ladder's memory score turns the probes off: they feed the diagnosis alone, so every question gets the
+    same answer, on a run whose sessions the simulator writes (not a replay)."""
+    import json
+
+    world = generate_world(WorldConfig(num_users=1, num_periods=2, num_questions=3, changes_per_period=1))
+    path = tmp_path / "world.json"
+    write_world(world, path)
+    runs = {}
+    for probes in (True, False):
+        cfg = RunConfig(world=str(path), assistant="native", out=str(tmp_path / f"probes-{probes}"), model="tiny",
+                        reply_tokens=4, context_tokens=256, factual_recall=False, probes=probes)
+        runs[probes] = evaluate_one(cfg, world, tiny_model, None, {})
+    on, off = runs[True], runs[False]
+    assert off["overall"]["accuracy"] == on["overall"]["accuracy"]
+    assert off["overall"]["questions"] == on["overall"]["questions"] > 0
+    for p in range(3):
+        evals = [json.loads((tmp_path / f"probes-{probes}" / "users" / world[0].id / f"period_{p:02d}" /
+                             "evaluation.json").read_text()) for probes in (True, False)]
+        assert [q["choice"] for q in evals[1]["questions"]] == [q["choice"] for q in evals[0]["questions"]]
+        assert evals[0]["probes"] and not evals[1]["probes"]
+    assert on["overall"]["write"] is not None
+    assert off["overall"]["write"] is None and off["overall"]["read"] is None

@@ -179,6 +179,8 @@ class Evaluator:
         t0 = time.perf_counter()
         world_path = self.world()
         trained = Path(policy).exists()
+        # The ladder reports accuracy and the score, not the failure diagnosis, so the probes (about a sixth of a
+        # stage's memory score) are left out; they change no question's answer, so older cached scores stand.
         # The stage's policy writes the memory; the untrained model answers, as in `memgym evaluate`. Both run
         # on eval_engine, named outright: a short model name would pick vLLM wherever it is installed.
         engine = self.a.eval_engine
@@ -186,7 +188,8 @@ class Evaluator:
         cfg = RunConfig(world=str(world_path), assistant="membuilder",
                         out=str(self.work / "interactive" / f"{label}.{engine}.w{settings['write_tokens']}"),
                         model=f"{engine}:{self.a.model_name_or_path}",
-                        policy_model=merged_path(policy) if trained else policy, factual_recall=False, **settings)
+                        policy_model=merged_path(policy) if trained else policy, factual_recall=False,
+                        probes=False, **settings)
         model, embedder, _ = load_run_models([cfg])
         constructor = self.chat_model(policy) if trained else model
         results = evaluate_one(cfg, read_world(world_path), model, embedder, {}, constructor=constructor)
