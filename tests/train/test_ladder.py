@@ -253,6 +253,18 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
             made = tmp_path / "work" / "eval" / f"{name}.transformers.json"
             assert (tmp_path / "sweep" / p["name"] / "eval" / made.name).read_bytes() == made.read_bytes()
     assert "| learning_rate0.001 |" in (tmp_path / "sweep-results" / "sweep.md").read_text()
+    made = json.loads((tmp_path / "sweep-results" / "sweep.json").read_text())
+    assert (made["points_done"], made["points_planned"]) == (2, 2) and "so far" not in (
+        tmp_path / "sweep-results" / "sweep.md").read_text()
+    # a sweep stopped after its first point has already said what that point showed
+    import argparse
+
+    partial = argparse.Namespace(out=str(tmp_path / "sweep-partial"), stage="grpo", steps=1, seed=0,
+                                 grid=["learning_rate=1e-3,1e-5"], sft_from=str(tmp_path / "work"))
+    sweep.write_results(partial, points[:1], 2)
+    assert "(1 of 2 points so far)" in (tmp_path / "sweep-partial" / "sweep.md").read_text()
+    assert json.loads((tmp_path / "sweep-partial" / "sweep.json").read_text())["points"] == json.loads(
+        json.dumps(points[:1]))
     assert json.loads((tmp_path / "shipped" / "card.json").read_text()) == card  # sweeps ship nothing
 
     # report_only publishes the finished stages of a ladder stopped part-way and trains nothing

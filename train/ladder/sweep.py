@@ -96,14 +96,23 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p.add_argument("--ladder_args", nargs=argparse.REMAINDER, default=[],
                    help="further ladder flags for every point (the last option: all that follows it)")
     args = p.parse_args(argv)
-    runs = [run_point(args, point) for point in grid_points(args.grid)]
-    points = summarise(runs, args.stage)
-    out = Path(args.out)
-    write_json(out / "sweep.json", {"stage": args.stage, "steps": args.steps, "seed": args.seed, "points": points})
-    atomic_write_text(out / "sweep.md", f"RL stage {args.stage}, {args.steps} steps, seed {args.seed}, from "
-                                        f"the SFT stage of {args.sft_from}\n\n{table(points)}\n")
+    grid, runs = grid_points(args.grid), []
+    for point in grid:
+        runs.append(run_point(args, point))
+        # the table so far after every point: a sweep stopped part-way still says what its finished points showed
+        points = summarise(runs, args.stage)
+        write_results(args, points, len(grid))
     print(table(points))
     return points
+
+
+def write_results(args: argparse.Namespace, points: list[dict[str, Any]], planned: int) -> None:
+    out = Path(args.out)
+    write_json(out / "sweep.json", {"stage": args.stage, "steps": args.steps, "seed": args.seed, "grid": args.grid,
+                                    "points_done": len(points), "points_planned": planned, "points": points})
+    done = "" if len(points) == planned else f" ({len(points)} of {planned} points so far)"
+    atomic_write_text(out / "sweep.md", f"RL stage {args.stage}, {args.steps} steps, seed {args.seed}, from "
+                                        f"the SFT stage of {args.sft_from}{done}\n\n{table(points)}\n")
 
 
 if __name__ == "__main__":
