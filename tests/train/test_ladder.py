@@ -249,6 +249,9 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
         point_rows = json.loads((tmp_path / "sweep-results" / p["name"] / "ladder.json").read_text())
         rl_row = next(r for r in point_rows if r["stage"] == "grpo")
         assert rl_row["memory_score"] is None and rl_row["real_grounding"] is None
+        md_rows = [line for line in (tmp_path / "sweep-results" / p["name"] / "ladder.md").read_text().splitlines()
+                   if line.startswith("| grpo | 0 | ")]
+        assert md_rows[0].endswith(" | - | 3 |")  # not scored: one dash, not a score and an interval
         for name in ("sft-memory", "sft-grounding"):
             made = tmp_path / "work" / "eval" / f"{name}.transformers.json"
             assert (tmp_path / "sweep" / p["name"] / "eval" / made.name).read_bytes() == made.read_bytes()

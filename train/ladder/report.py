@@ -29,6 +29,13 @@ def _num(v, fmt: str = ".3f") -> str:
     return "-" if v is None else format(v, fmt)
 
 
+def _score(r: dict[str, Any]) -> str:
+    """The memory score and its interval, or one "-" where the stage was not scored (a sweep point)."""
+    if r.get("memory_score") is None and not r.get("memory_score_ci"):
+        return "-"
+    return f"{_num(r.get('memory_score'))} {_ci(r.get('memory_score_ci'))}"
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     head = ("| stage | seed | " + " | ".join(f"valid {a}" for a in AGENTS)
             + " | cut at limit | evidence reward [95% CI] | gain over no-op [95% CI] / oracle's | memory score [95% CI] "
@@ -40,8 +47,7 @@ def table(rows: list[dict[str, Any]]) -> str:
                      + f" | {max(cut.values()) if cut else 0:.2f} | {r['reward_evidence']:.3f} "
                        f"{_ci(r.get('reward_evidence_ci'))} | {_num(r.get('gain_evidence'), '+.3f')} "
                        f"{_ci(r.get('gain_evidence_ci'))} / {_num(r.get('oracle_gain_evidence'), '+.3f')} "
-                       f"| {_num(r.get('memory_score'))} "
-                       f"{_ci(r.get('memory_score_ci'))} | {r['held_out_sessions']} |")
+                       f"| {_score(r)} | {r['held_out_sessions']} |")
     return "\n".join(lines)
 
 
