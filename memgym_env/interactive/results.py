@@ -175,8 +175,7 @@ def plot(results: Sequence[dict[str, Any]], folder: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(results) + 2), 4))
     bottom = np.zeros(len(results))
     for kind, color in zip(metrics.FAILURES, ("#d62728", "#ff7f0e", "#1f77b4"), strict=True):
-        vals = np.array([np.nan_to_num(r["overall"][kind] if r["overall"][kind] is not None else np.nan)
-                         for r in results])
+        vals = np.array([np.nan_to_num(r["overall"][kind] or 0.0) for r in results])  # None: no probes asked
         ax.bar(names, vals, bottom=bottom, label=kind, color=color)
         bottom += vals
     ax.set(ylabel="share of questions", title="Failures by cause (sum = 1 - accuracy)")
