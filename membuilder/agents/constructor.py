@@ -5,9 +5,9 @@ sees the others' output (MemBuilder, protocols §1). Their raw outputs are what 
 scores and what ADRPO trains.
 
 A prompt that is too long is cut in its memory view, never in its instructions (``fit_prompt``):
-first the lowest-ranked entries of the agent's own type go, then the oldest part of the Core block,
-and only as a last resort the start of the session text. The JSON instructions and the output
-format stay whole, so a cut prompt still asks for a parseable answer.
+what the agent must edit stays longest (its own top-ranked entries; for the Core writer, the Core
+lines the session speaks of), and only as a last resort the start of the session text. The JSON
+instructions and the output format stay whole, so a cut prompt still asks for a parseable answer.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from membuilder import prompts
 from membuilder.llm.base import ChatMessages, ChatModel, Completion, Sampling
 from membuilder.llm.context_fit import model_context_length, prompt_budget
 from membuilder.memory.core import CORE_LIMIT
+from membuilder.memory.grounding import content_words
 from membuilder.memory.ops import AGENTS
 
 SYSTEM = "You are a careful memory-writing agent. You answer only with the JSON your instructions ask for."
@@ -71,18 +72,36 @@ PromptLength = Callable[[list[dict[str, str]]], int]
 
 
 def fit_prompt(agent: str, obs: Mapping[str, Any], length: PromptLength, max_tokens: int | None) -> list[dict[str, str]]:
-    """``render_prompt(agent, obs)``, with the memory view shortened until it fits ``max_tokens``."""
+    """``render_prompt(agent, obs)``, with the memory view shortened until it fits ``max_tokens``.
+
+    What an agent needs to edit goes last: a Semantic, Episodic or Procedural writer loses the Core block
+    (only context to it) before any of its own entries, then its lowest-ranked entries, because an UPDATE
+    must copy an existing entry exactly and a writer shown none of them can only invent one. The Core
+    block is cut by lines, those sharing the fewest words with the session first, so the line a change
+    must REPLACE stays in view. The start of the session text goes only when nothing else is left.
+    """
     messages = render_prompt(agent, obs)
     if not max_tokens or length(messages) <= max_tokens:
         return messages
     obs = dict(obs)
+    session = str(obs.get(OBS_SESSION) or "")
+
+    def fits(changes: Mapping[str, Any]) -> bool:
+        return length(render_prompt(agent, {**obs, **changes})) <= max_tokens
+
+    core_lines = str(obs.get(OBS_CORE) or "").splitlines()
+    if agent != "core" and core_lines:
+        obs[OBS_CORE] = _core_view(core_lines, session, _fewest(len(core_lines), lambda k: fits(
+            {OBS_CORE: _core_view(core_lines, session, k)})))
     if agent != "core":
         entries = list(obs.get(agent) or ())
-        while entries and length(messages) > max_tokens:
-            entries.pop()  # the lowest-ranked entry goes first
-            obs[agent] = entries
-            messages = render_prompt(agent, obs)
-    for field in ("core", "session"):
+        keep = len(entries) - _fewest(len(entries), lambda k: fits({agent: entries[:len(entries) - k]}))
+        obs[agent] = entries[:keep]  # the lowest-ranked entries go first
+    elif core_lines:
+        obs[OBS_CORE] = _core_view(core_lines, session, _fewest(len(core_lines), lambda k: fits(
+            {OBS_CORE: _core_view(core_lines, session, k)})))
+    messages = render_prompt(agent, obs)
+    for field in (OBS_CORE, OBS_SESSION):
         text = str(obs.get(field) or "")
         while text and length(messages) > max_tokens:
             # keep the most recent part: cut a quarter of what is left from the front
@@ -90,6 +109,36 @@ def fit_prompt(agent: str, obs: Mapping[str, Any], length: PromptLength, max_tok
             obs[field] = ("..." + text) if text else ""
             messages = render_prompt(agent, obs)
     return messages
+
+
+def _fewest(n: int, fits: Callable[[int], bool]) -> int:
+    """The fewest of ``n`` items to drop for the prompt to fit (``n`` when even that is not enough); each
+    render tokenizes the whole prompt, so this searches instead of dropping one at a time."""
+    lo, hi = 0, n
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _core_view(lines: Sequence[str], session: str, drop: int) -> str:
+    """The Core block without its ``drop`` lines least related to the session (fewest shared content words;
+    among equals the oldest), the rest in their order, a "..." line where lines were left out."""
+    if drop <= 0:
+        return "\n".join(lines)
+    said = content_words(session)
+    order = sorted(range(len(lines)), key=lambda i: (len(content_words(lines[i]) & said), i))
+    gone = set(order[:drop])
+    out: list[str] = []
+    for i, line in enumerate(lines):
+        if i not in gone:
+            out.append(line)
+        elif not out or out[-1] != "...":
+            out.append("...")
+    return "\n".join(out)  # all left out is "...", not "(empty)": a writer must not think Core is empty
 
 
 def chat_length(count_tokens: Callable[[str], int], per_message: int = 8) -> PromptLength:

@@ -3,8 +3,9 @@
 Two layers, each counting what it cut:
 
 - The callers that know their prompt's structure cut it first, where it costs least: the memory
-  constructor drops its memory view's lowest-ranked entries, then the oldest part of Core, then
-  the start of the session (``membuilder.agents.constructor.fit_prompt``), with its budget taken
+  constructor keeps what a writer must edit longest (its own top-ranked entries, the Core lines the
+  session speaks of) and cuts the start of the session last
+  (``membuilder.agents.constructor.fit_prompt``), with its budget taken
   from the model's ``context_length`` less the completion's tokens.
 - Every backend then checks each rendered prompt against its own context before the engine sees
   it (``fit_conversation``). A prompt still too long loses the middle of its longest message:

@@ -219,6 +219,35 @@ def test_prompt_truncation_drops_memory_entries_not_instructions(tokenizer):
     assert short[1]["content"].endswith(tail)
 
 
+def test_prompt_cut_keeps_what_a_writer_must_edit(tokenizer):
+    """A Semantic writer loses the Core block (context to it) before its own entries, which an UPDATE must
+    copy exactly; the Core writer keeps the Core lines the session speaks of and is told lines are missing."""
+    core = "\n".join([f"Hobby {i}: collecting stamps of series {i} (since 2020-01-0{i % 9 + 1})" for i in range(24)]
+                     + ["Lodging preference: a room with a bed (since 2020-09-29)"]
+                     + [f"Pet {i}: a goldfish named Bubbles {i}" for i in range(12)])
+    session = "user: I'd rather sleep in a tent under the stars now; my lodging preference changed.\nassistant: Noted."
+    entries = ["Lodging preference: a room with a bed | Details: First mentioned by the user on 2020-09-29.",
+               *(f"Fact {i}: " + "detail " * 12 for i in range(5))]
+    obs = {"session": session, "session_time": "2020-12-29", "core": core, "core_usage": 30.0, "semantic": entries}
+    length = token_counter(tokenizer)
+    full = fit_prompt("semantic", obs, length, None)
+    no_core = fit_prompt("semantic", {**obs, "core": ""}, length, None)
+    cut = fit_prompt("semantic", obs, length, length(no_core) + 20)
+    assert length(cut) <= length(no_core) + 20 < length(full)
+    assert all(e in cut[1]["content"] for e in entries)  # every entry kept; the Core context went
+    assert "Hobby 0:" not in cut[1]["content"] and "tent under the stars" in cut[1]["content"]
+
+    whole = fit_prompt("core", obs, length, None)
+    short = fit_prompt("core", obs, length, length(whole) - 350)
+    text = short[1]["content"]
+    assert length(short) <= length(whole) - 350
+    assert "Lodging preference: a room with a bed (since 2020-09-29)" in text  # the line to REPLACE
+    assert "\n...\n" in text and "Hobby 0:" not in text and session in text
+    # with every Core line left out the writer sees "...", never an empty Core it might fill again
+    tiny = fit_prompt("core", obs, length, length(fit_prompt("core", {**obs, "core": "..."}, length, None)))
+    assert "(empty)" not in tiny[1]["content"] and "Lodging preference" not in tiny[1]["content"]
+
+
 GRPO_FIELDS = ("output_dir", "use_cpu", "bf16", "gradient_checkpointing", "report_to", "per_device_train_batch_size",
                "num_generations", "max_completion_length", "learning_rate", "seed", "temperature", "beta", "epsilon",
                "loss_type", "scale_rewards")

@@ -269,6 +269,14 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
     assert json.loads((tmp_path / "sweep-partial" / "sweep.json").read_text())["points"] == json.loads(
         json.dumps(points[:1]))
     assert json.loads((tmp_path / "shipped" / "card.json").read_text()) == card  # sweeps ship nothing
+    # a sweep whose last point never ran is tabled from the points that finished, training nothing
+    before = sorted(str(f) for f in (tmp_path / "sweep").rglob("*"))
+    reported = sweep.main(["--sft_from", str(tmp_path / "work"), "--grid", "learning_rate=1e-3,1e-5,3e-4",
+                           "--steps", "1", "--work_root", str(tmp_path / "sweep"), "--out",
+                           str(tmp_path / "sweep-results"), "--report_only"])
+    assert json.loads(json.dumps(reported)) == json.loads(json.dumps(points))
+    assert "(2 of 3 points so far)" in (tmp_path / "sweep-results" / "sweep.md").read_text()
+    assert sorted(str(f) for f in (tmp_path / "sweep").rglob("*")) == before
 
     # report_only publishes the finished stages of a ladder stopped part-way and trains nothing
 

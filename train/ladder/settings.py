@@ -159,9 +159,9 @@ class LadderArgs:
                 "evaluation alike; it must hold the oracle's longest output, or the policy is cut where the expert is "
                 "not (the ladder reports how many oracle outputs would be)."})
     eval_batch_size: int = field(default=16, metadata={"help": "Prompts generated together."})
-    max_prompt_tokens: int = field(default=384, metadata={
-        "help": "Prompt budget (memory view cut first) of SFT, RL (each stage's `max_prompt_tokens`) and the "
-                "evaluation."})
+    max_prompt_tokens: int = field(default=640, metadata={
+        "help": "Prompt budget (memory view cut first, what a writer must edit last) of SFT, RL (each stage's "
+                "`max_prompt_tokens`) and the evaluation."})
     curve_every: int = field(default=6, metadata={"help": "Held-out reward every N RL steps (0: only at the end)."})
     curve_sessions: int = field(default=12, metadata={"help": "Held-out sessions of each curve point."})
     choice_answerer: str | None = field(default=None, metadata={

@@ -9,12 +9,15 @@ ladder in its own work folder (resumable, like any ladder), judged on the ladder
 gives each point's held-out reward, its gain over SFT paired by session with a 95% interval, its valid JSON share
 and its edit share where a needed value changed, so the choice is read off measurements; ``sweep.json`` holds them.
 A point skips the interactive score and the grounding on a real dialogue unless ``--full_eval``.
+``--report_only`` rewrites the table from the points already finished (their ``<out>/<point>/ladder.json``) and
+trains nothing, so a sweep whose last points were never run still says what the others showed.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +55,18 @@ def run_point(args: argparse.Namespace, point: dict[str, Any]) -> dict[str, Any]
                         "--rl_stages", args.stage, "--seeds", str(args.seed), "--adapter_out", "null",
                         "--curve_every", "0", "--work_dir", str(Path(args.work_root) / name),
                         "--results_dir", str(Path(args.out) / name), "--set", *changes])
+    return {"point": point, "name": name, "rows": rows}
+
+
+def finished_point(args: argparse.Namespace, point: dict[str, Any]) -> dict[str, Any] | None:
+    """A point's rows as its finished run wrote them, or None while its RL stage has no row."""
+    name = point_name(point)
+    path = Path(args.out) / name / "ladder.json"
+    if not path.is_file():
+        return None
+    rows = json.loads(path.read_text())
+    if not any(r.get("stage") == args.stage for r in rows):
+        return None
     return {"point": point, "name": name, "rows": rows}
 
 
@@ -93,10 +108,20 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p.add_argument("--out", default="results/sweep")
     p.add_argument("--full_eval", action="store_true",
                    help="also score each point in the interactive world and on conv-26, as a ladder stage is")
+    p.add_argument("--report_only", action="store_true",
+                   help="rewrite sweep.{json,md} from the points already finished; train nothing")
     p.add_argument("--ladder_args", nargs=argparse.REMAINDER, default=[],
                    help="further ladder flags for every point (the last option: all that follows it)")
     args = p.parse_args(argv)
-    grid, runs = grid_points(args.grid), []
+    grid, runs, points = grid_points(args.grid), [], []
+    if args.report_only:
+        runs = [r for r in (finished_point(args, point) for point in grid) if r is not None]
+        if not runs:
+            raise SystemExit(f"--report_only: no point of {args.grid} has finished under {args.out}")
+        points = summarise(runs, args.stage)
+        write_results(args, points, len(grid))
+        print(table(points))
+        return points
     for point in grid:
         runs.append(run_point(args, point))
         # the table so far after every point: a sweep stopped part-way still says what its finished points showed
