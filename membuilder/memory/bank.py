@@ -42,6 +42,10 @@ class Applied:
     warnings: list[str] = field(default_factory=list)
     added_ids: list[str] = field(default_factory=list)
     core_events: list[CoreEvent] = field(default_factory=list)
+    # Existing memory the output's edits quote (UPDATE/MERGE entries, Core REPLACE text) and how many of those
+    # quotes matched nothing: a missed UPDATE lands as a new entry beside the one it meant to replace.
+    quoted: int = 0
+    quoted_missing: int = 0
 
     @property
     def new_text(self) -> str:
@@ -85,7 +89,11 @@ class MemoryBank:
             return out
         if parsed.agent == "core":
             for op in parsed.ops:
-                out.core_events += self._apply_core(op)
+                events = self._apply_core(op)
+                if isinstance(op, CoreReplace):
+                    out.quoted += 1
+                    out.quoted_missing += any(e.kind == "replace_missing" for e in events)
+                out.core_events += events
             out.warnings += [f"core: {e.kind}: {e.detail}" for e in out.core_events]
             return out
         self._apply_entries(parsed.agent, parsed.ops, time, session, out)
@@ -114,7 +122,9 @@ class MemoryBank:
             found = []
             for q in quoted:
                 entry, how = self.store.resolve(mtype, q)
+                out.quoted += 1
                 if entry is None:
+                    out.quoted_missing += 1
                     out.warnings.append(
                         f"operations[{i}] {op.action}: no {mtype} memory matches {q[:60]!r}; written as a new entry"
                     )

@@ -149,16 +149,34 @@ def score_outputs(scorers: Mapping[str, CandidateScorer], keys: Sequence[str], s
     cut_rate = {a: sum(was_cut[k][a] for k in keys) / n for a in AGENTS}
     reward, task, per_session = {}, {}, {}
     learnable: dict[str, dict[str, Any]] = defaultdict(dict)  # the no-op / oracle keys, where a scorer has baselines
+    first_scored = None
     for name, scorer in scorers.items():
         scored = [scorer.score(k, [outputs[k]])[0] for k in keys]
+        first_scored = first_scored or scored
         per_session[name] = [float(r.reward) for r in scored]
         reward[name] = sum(per_session[name]) / n
         task[name] = sum(r.task_reward for r in scored) / n
         for key, value in baseline_summary(scorer, keys, per_session[name]).items():
             learnable[key][name] = value
     return {"valid_rate": valid, "cut_rate": cut_rate, "reward": reward, "task_reward": task,
+            "quoted": quoted_summary(first_scored),
             "session_rewards": per_session, "session_keys": keys, "sessions": len(keys), "outputs": dict(outputs),
             "grounding": grounding_of(outputs, {k: first.observation(k) for k in keys}), **learnable}
+
+
+def quoted_summary(scored: Sequence[Any] | None) -> dict[str, dict[str, int]] | None:
+    """Per agent, over the scored sessions: how much existing memory the edits quoted (UPDATE and MERGE entries,
+    Core REPLACE text) and how much of it was not there. A missed quote is an UPDATE written as a new entry
+    beside the stale one, or a REPLACE that changed nothing: the edit a change needed did not happen. None
+    where the scorer does not report quotes."""
+    if not scored or any("quoted" not in (r.info or {}) for r in scored):
+        return None
+    out = {a: {"quoted": 0, "missing": 0} for a in AGENTS}
+    for r in scored:
+        for agent, (quoted, missing) in r.info["quoted"].items():
+            out[agent]["quoted"] += quoted
+            out[agent]["missing"] += missing
+    return out
 
 
 def grounding_of(outputs: Mapping[str, Mapping[str, str]], observations: Mapping[str, Mapping[str, Any]]) -> dict:

@@ -183,6 +183,7 @@ def reward_candidates(applied: Sequence[Mapping[str, Applied]], answers: Sequenc
             evidence_types=[r.get("evidence_type") for r in rows if r["correct"]],
             info={"errors": {a: done[a].errors for a in AGENTS if done[a].errors},
                   "warnings": {a: done[a].warnings for a in AGENTS if done[a].warnings},
+                  "quoted": {a: [done[a].quoted, done[a].quoted_missing] for a in AGENTS},
                   "questions": rows,
                   "answers_cut": sum(r.get("answer_cut", False) for r in rows),
                   "verdicts_cut": sum(r.get("verdict_cut", False) for r in rows)}))

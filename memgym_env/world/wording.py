@@ -147,6 +147,11 @@ class UserWording:
         """A sentence of the user's that states ``value`` in the world's words."""
         frame = self.rng.choice(self.words.statements)
         line = frame.format(title=info.title.lower(), text=info.text(value))
+        steps = info.steps.get(value)
+        if steps:
+            # a routine's steps are said, not only its name: the oracle's Procedural entry lists them, and an
+            # entry the session never supports teaches a writer to invent steps (and to loop on long lists)
+            line += " How I go about it: " + " ".join(f"{s}." for s in steps)
         return line[0].upper() + line[1:]
 
     def line(self, kind: str) -> str:

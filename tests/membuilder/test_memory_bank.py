@@ -39,6 +39,9 @@ def test_core_replace_of_absent_text_changes_nothing_and_says_so(bank):
     assert bank.core.text == "Lives in Boston"
     assert [e.kind for e in applied.core_events] == ["replace_missing"]
     assert "not found" in applied.warnings[0]
+    assert (applied.quoted, applied.quoted_missing) == (1, 1)  # the edit a change needed did not happen
+    found = bank.apply("core", '{"operation": "REPLACE", "old_text": "Boston", "new_text": "Lisbon"}')
+    assert (found.quoted, found.quoted_missing) == (1, 0) and bank.core.text == "Lives in Lisbon"
 
 
 def test_core_rewrite_over_the_limit_calls_the_compressor(embedder):
@@ -92,6 +95,7 @@ def test_update_adds_a_new_version_linked_to_its_predecessor(bank):
     assert bank.get(second).predecessors == (first,)
     assert bank.get(first) is not None  # nothing is deleted: history stays searchable
     assert len(bank) == 2
+    assert (applied.quoted, applied.quoted_missing) == (1, 0)
 
 
 def test_update_quoting_with_different_spacing_and_case_finds_the_entry(bank):
@@ -109,6 +113,7 @@ def test_update_of_missing_memory_is_applied_as_new_entry_with_warning(bank):
     (new,) = applied.added_ids
     assert bank.get(new).predecessors == ()
     assert "no semantic memory matches" in applied.warnings[0]
+    assert (applied.quoted, applied.quoted_missing) == (1, 1)
 
 
 def test_merge_of_three_entries_keeps_evidence_and_time_range(bank):
@@ -127,6 +132,7 @@ def test_merge_of_three_entries_keeps_evidence_and_time_range(bank):
     assert merged.evidence == tuple(ids) and merged.predecessors == tuple(ids)
     assert merged.time_range == ("1 May 2023", "20 May 2023")
     assert len(bank) == 4
+    assert (applied.quoted, applied.quoted_missing) == (3, 0)
 
 
 def test_skip_writes_nothing(bank):

@@ -3,11 +3,13 @@ SmolLM2 and real MemoryGym-v0 sessions: a ``ChatModel`` generates what the train
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from llm_models import smollm2  # tests/ is on sys.path under pytest
 
 from membuilder.memory.ops import AGENTS
-from membuilder.training.policy_eval import evaluate_policy
+from membuilder.training.policy_eval import evaluate_policy, score_outputs
 from memgym_env.construction.config import ConstructionConfig
 from memgym_env.construction.scoring import SessionScorer
 
@@ -54,3 +56,21 @@ def test_the_evaluation_reports_what_writing_can_add_per_scorer_and_period():
     for k, r, z, o in zip(keys, res["session_rewards"]["evidence"], noop, oracle, strict=True):
         assert per[str(scorer.period(k))] == {"sessions": 1, "reward": r, "noop": z, "oracle": o}
     assert set(res) >= {"valid_rate", "cut_rate", "reward", "task_reward", "session_rewards", "session_keys"}
+
+
+def test_the_evaluation_counts_edits_that_missed_the_memory_they_quote():
+    """The expert's edits all find what they quote; an UPDATE of an entry that is not there is counted missed."""
+    config = ConstructionConfig.from_yaml("configs/env/construction_cpu_change_varied.yaml",
+                                          world_overrides={"num_users": 1, "num_periods": 2, "rounds_update": 1})
+    scorer = SessionScorer(config, [0], 3, pick="every_period")
+    keys = scorer.session_keys()
+    expert = [scorer.expert_action(k) for k in keys]
+    slots = [(k, a) for k in keys for a in AGENTS]
+    res = score_outputs({"evidence": scorer}, keys, slots, [e[a] for e in expert for a in AGENTS], [False] * len(slots))
+    assert sum(q["quoted"] for q in res["quoted"].values()) > 0  # the world changes values after period 0
+    assert all(q["missing"] == 0 for q in res["quoted"].values())
+    invented = json.dumps({"operations": [{"action": "UPDATE", "old_memory": "Pet: a parrot named Zorro | Details: x",
+                                           "new_memory": "Pet: a cat"}]})
+    texts = [invented if a == "semantic" else e[a] for e in expert for a in AGENTS]
+    missed = score_outputs({"evidence": scorer}, keys, slots, texts, [False] * len(slots))["quoted"]["semantic"]
+    assert missed == {"quoted": len(keys), "missing": len(keys)}

@@ -72,6 +72,26 @@ def test_each_session_states_the_values_it_reveals_in_the_worlds_words(worlds):
                 assert f"{info.title.lower()}" in opening and info.text(value) in opening, (ref.id, var)
 
 
+def test_the_oracles_procedural_entries_are_grounded_in_the_session_that_states_them(worlds):
+    """A routine's steps are said in the session, so the expert's Procedural entry (which lists them) is written
+    from what the writer saw; in the fixed world the steps exist only in the catalog."""
+    from membuilder.memory.grounding import GROUNDED_SHARE, grounded_share, written_units
+    from membuilder.memory.ops import parse
+
+    shares = {}
+    for wording, world in worlds.items():
+        shares[wording] = []
+        for user in world:
+            refs = {r.id: r for r in user.sessions()}
+            for step in expert_steps(user):
+                parsed = parse("procedural", step.outputs["procedural"])
+                session = " ".join(m.content for m in refs[step.session_id].session.messages)
+                shares[wording] += [grounded_share(unit, [session]) for unit in written_units(parsed.ops)]
+    assert len(shares["varied"]) >= 6
+    assert all(s >= GROUNDED_SHARE for s in shares["varied"]), shares["varied"]
+    assert min(shares["fixed"]) < GROUNDED_SHARE  # what the change fixed
+
+
 def test_stale_aware_scoring_reads_the_phrasings_the_world_used(worlds):
     """meta["states"] lists the world's own texts, so the oracle's memory passes the stale-aware check and
     the same memory in the catalog's words fails it wherever a needed value changed."""

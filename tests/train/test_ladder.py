@@ -175,7 +175,7 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
     card = json.loads((tmp_path / "shipped" / "card.json").read_text())
     assert (card["stage"], card["seed"], card["pooled"]) == (best, 0, pooled) and best in card["why"]
     assert card["setting"]["env_config"] == "configs/env/construction_cpu_change_varied.yaml"
-    assert (card["setting"]["max_completion_tokens"], card["setting"]["max_prompt_tokens"]) == (8, 384)
+    assert (card["setting"]["max_completion_tokens"], card["setting"]["max_prompt_tokens"]) == (8, 640)
     first = next(r for r in saved if r["stage"] == best)
     assert card["held_out"]["reward_evidence"] == first["reward_evidence"]
     assert card["command"].startswith("python -m train.ladder --config configs/train/ladder_smollm2_cpu.yaml")

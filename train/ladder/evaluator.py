@@ -24,7 +24,7 @@ from membuilder.llm.registry import resolve_chat_path
 from membuilder.llm.vllm_backend import cpu_engine_dtype
 from membuilder.plumbing.json_files import atomic_write_text
 from membuilder.plumbing.stats import bootstrap_ci
-from membuilder.training.policy_eval import baseline_summary, evaluate_policy
+from membuilder.training.policy_eval import baseline_summary, evaluate_policy, quoted_summary
 from memgym_env.benchmarks.grounding import ground_writer
 from memgym_env.benchmarks.locomo import read_locomo
 from memgym_env.construction.answers import MODEL_FREE_MODES
@@ -141,13 +141,17 @@ class Evaluator:
     def with_baselines(self, res: dict[str, Any]) -> dict[str, Any]:
         """A cached evaluation with the no-op and oracle keys ``evaluate_policy`` returns today: one made before
         them gets them here (they depend on the sessions alone, not on the policy), without generating again."""
-        if "noop_reward" in res:
+        if "noop_reward" in res and "quoted" in res:
             return res
         res = dict(res)
-        for name, rewards in res["session_rewards"].items():
-            if name in self.scorers:
-                for key, value in baseline_summary(self.scorers[name], res["session_keys"], rewards).items():
-                    res.setdefault(key, {})[name] = value
+        if "noop_reward" not in res:
+            for name, rewards in res["session_rewards"].items():
+                if name in self.scorers:
+                    for key, value in baseline_summary(self.scorers[name], res["session_keys"], rewards).items():
+                        res.setdefault(key, {})[name] = value
+        if "quoted" not in res:  # what the edits quoted: read off the cached outputs by the model-free reward
+            scorer = self.scorers["evidence"]
+            res["quoted"] = quoted_summary([scorer.score(k, [res["outputs"][k]])[0] for k in res["session_keys"]])
         return res
 
     def memory_settings(self) -> dict[str, int]:

@@ -213,6 +213,7 @@ def row(stage: str, seed: int, res: dict[str, Any], users: list[str], seconds: f
             "session_changed": {k: changed[k] for k in res["session_keys"] if k in changed} or None,
             "held_out_actions_changed": (held_out_actions({k: o for k, o in outputs.items() if changed.get(k)})
                                          if outputs and any(changed.values()) else None),
+            "held_out_quotes": res.get("quoted"),
             "grounding": res.get("grounding"), "real_grounding": res.get("real_grounding"), "time_split": time_split,
             **{k: res.get(k) for k in MEMORY_FIELDS},
             # per held-out session, so two stages can be compared session by session (a paired bootstrap)

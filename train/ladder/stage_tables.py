@@ -46,6 +46,16 @@ def edit_table(rows: list[dict[str, Any]]) -> str:
     return _md(["stage", "seed", "changed", *AGENTS], body) if body else ""
 
 
+def quotes_table(rows: list[dict[str, Any]]) -> str:
+    """Per row and agent, the quotes of existing memory in held-out edits that found it, of all quotes."""
+    def cell(q: dict[str, int] | None) -> str:
+        return "-" if not q or not q["quoted"] else f"{q['quoted'] - q['missing']}/{q['quoted']}"
+
+    body = [[r["stage"], str(r["seed"]), *(cell(r["held_out_quotes"].get(a)) for a in AGENTS)]
+            for r in rows if r.get("held_out_quotes")]
+    return _md(["stage", "seed", *AGENTS], body) if body else ""
+
+
 def validity_table(rows: list[dict[str, Any]]) -> str:
     """Per row, each agent's share of valid held-out outputs."""
     body = [[r["stage"], str(r["seed"]), *(_num((r.get("valid_rate") or {}).get(a), ".2f") for a in AGENTS)]
@@ -125,6 +135,8 @@ STAGE_TABLES = (
     (validity_table, "Valid outputs per agent, held-out:"),
     (edit_table, f"Share of held-out outputs that edit memory ({EDIT_NAMES}) on the sessions where a state "
                  "variable a question needs changed (`changed`: how many):"),
+    (quotes_table, "Held-out edits that found the memory they quote (UPDATE and MERGE entries, Core REPLACE "
+                   "text), of all quoted: a miss writes the new value beside the stale one, or changes nothing:"),
     (grounding_table, "Written entries grounded in the session or the memory shown: grounded rate over `n` "
                       "entries, `all` with a 95% Wilson interval, then per memory:"),
     (real_grounding_table, "Grounding on a real dialogue (LoCoMo conv-26's first sessions, memory written in "
