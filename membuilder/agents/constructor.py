@@ -97,8 +97,10 @@ def fit_prompt(agent: str, obs: Mapping[str, Any], length: PromptLength, max_tok
         entries = list(obs.get(agent) or ())
         keep = len(entries) - _fewest(len(entries), lambda k: fits({agent: entries[:len(entries) - k]}))
         obs[agent] = entries[:keep]  # the lowest-ranked entries go first
-    elif core_lines:
-        obs[OBS_CORE] = _core_view(core_lines, session, _fewest(len(core_lines), lambda k: fits(
+    elif len(core_lines) > 1:
+        # the line most related to the session stays whole; a block still too long (or written as one long
+        # paragraph) then keeps its most recent part, as below
+        obs[OBS_CORE] = _core_view(core_lines, session, _fewest(len(core_lines) - 1, lambda k: fits(
             {OBS_CORE: _core_view(core_lines, session, k)})))
     messages = render_prompt(agent, obs)
     for field in (OBS_CORE, OBS_SESSION):
@@ -106,7 +108,8 @@ def fit_prompt(agent: str, obs: Mapping[str, Any], length: PromptLength, max_tok
         while text and length(messages) > max_tokens:
             # keep the most recent part: cut a quarter of what is left from the front
             text = text[len(text) // 4 + 1:] if len(text) > 8 else ""
-            obs[field] = ("..." + text) if text else ""
+            # a Core cut to nothing still reads "...": the block is not empty, only out of view
+            obs[field] = ("..." + text) if text else ("..." if field == OBS_CORE else "")
             messages = render_prompt(agent, obs)
     return messages
 

@@ -245,7 +245,10 @@ def test_prompt_cut_keeps_what_a_writer_must_edit(tokenizer):
     assert "\n...\n" in text and "Hobby 0:" not in text and session in text
     # with every Core line left out the writer sees "...", never an empty Core it might fill again
     tiny = fit_prompt("core", obs, length, length(fit_prompt("core", {**obs, "core": "..."}, length, None)))
-    assert "(empty)" not in tiny[1]["content"] and "Lodging preference" not in tiny[1]["content"]
+    assert "(empty)" not in tiny[1]["content"] and "Hobby" not in tiny[1]["content"]
+    # a Core block written as one paragraph keeps its most recent part, as before
+    para = fit_prompt("core", {**obs, "core": core.replace("\n", " ")}, length, length(whole) - 350)
+    assert "Pet 11: a goldfish named Bubbles 11" in para[1]["content"] and "Hobby 0:" not in para[1]["content"]
 
 
 GRPO_FIELDS = ("output_dir", "use_cpu", "bf16", "gradient_checkpointing", "report_to", "per_device_train_batch_size",
