@@ -139,8 +139,9 @@ class Evaluator:
         return {k: needs_changed_value(scorer, k) for k in self.keys}
 
     def with_baselines(self, res: dict[str, Any]) -> dict[str, Any]:
-        """A cached evaluation with the no-op and oracle keys ``evaluate_policy`` returns today: one made before
-        them gets them here (they depend on the sessions alone, not on the policy), without generating again."""
+        """A cached evaluation with the keys ``evaluate_policy`` returns today: one made before the no-op and oracle
+        keys gets them here (they depend on the sessions alone), one made before ``quoted`` gets it from its outputs
+        (the model-free reward re-applies them), without generating again."""
         if "noop_reward" in res and "quoted" in res:
             return res
         res = dict(res)
