@@ -12,6 +12,7 @@ files); LLM runs append to ``trajectories_jsonl`` and resume from it.
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,6 +57,9 @@ class SFTScriptArgs(EnvArgs, BenchmarkEvalArgs):
         "help": "Cut each prompt's memory view to this many tokens, as ADRPO and the held-out evaluation do."})
     keep_empty_rows: float = field(default=1.0, metadata={
         "help": "Share of rows kept whose expert output writes nothing (chosen by a hash of session and agent)."})
+    drop_unseen_quotes: bool = field(default=True, metadata={
+        "help": "Leave out rows whose expert output edits an entry the cut prompt does not show (it would teach "
+                "the policy to invent what it edits)."})
 
 
 def sft_records(args: SFTScriptArgs):
@@ -92,12 +96,16 @@ def build(argv=None):
     set_seed(sft_args.seed)
     model, tokenizer, _ = load_policy(model_args.model_name_or_path, model_args.dtype, frozen_base=model_args.use_peft)
     records = sft_records(script)
+    dropped: list[dict] = []
     rows = sft_rows(records, length=token_counter(tokenizer), max_prompt_tokens=script.max_prompt_tokens,
-                    keep_empty=script.keep_empty_rows)
+                    keep_empty=script.keep_empty_rows, drop_unseen_quotes=script.drop_unseen_quotes, dropped=dropped)
     if script.dataset_jsonl:
         write_jsonl(rows, script.dataset_jsonl)
     dataset = to_dataset(rows)
-    print(f"SFT rows: {len(dataset)} of {len(records)} sessions x 4 agents (keep_empty_rows {script.keep_empty_rows})")
+    per_agent = Counter(d["agent"] for d in dropped)
+    print(f"SFT rows: {len(dataset)} of {len(records)} sessions x 4 agents (keep_empty_rows {script.keep_empty_rows}); "
+          f"{len(dropped)} left out for editing an entry their prompt does not show "
+          f"({', '.join(f'{a} {n}' for a, n in sorted(per_agent.items())) or 'none'})")
     trainer = build_sft_trainer(model, tokenizer, dataset, sft_args, peft_config=peft_from(model_args, model))
     add_benchmark_eval(trainer, script)
     return trainer, script, tokenizer

@@ -31,7 +31,7 @@ from typing import Any
 
 from membuilder.agents.constructor import MemBuilderPolicy, build_observation, render_prompt
 from membuilder.llm.base import Sampling
-from membuilder.memory.ops import AGENTS, parse
+from membuilder.memory.ops import AGENTS, CoreReplace, Merge, Update, parse
 from membuilder.plumbing.json_files import atomic_write_text
 from membuilder.training.prompts import PromptLength, fit_prompt
 
@@ -144,14 +144,33 @@ def writes_nothing(agent: str, output: str) -> bool:
     return parsed.valid and not parsed.ops
 
 
+def unseen_quotes(agent: str, output: str, prompt: Sequence[Mapping[str, str]]) -> list[str]:
+    """The texts an output's edits quote (REPLACE's old text, UPDATE's and MERGE's old memories) that its prompt
+    does not show: an edit the writer could only have made by knowing the bank beyond its view."""
+    shown = "\n".join(m["content"] for m in prompt if m["role"] != "assistant")
+    quoted = []
+    for op in parse(agent, output).ops:
+        if isinstance(op, CoreReplace):
+            quoted.append(op.old_text)
+        elif isinstance(op, Update):
+            quoted.append(op.old_memory)
+        elif isinstance(op, Merge):
+            quoted.extend(op.old_memories)
+    return [q for q in quoted if q.strip() and q.strip() not in shown]
+
+
 def sft_rows(records: Iterable[Mapping[str, Any]], agents: Sequence[str] = AGENTS, length: PromptLength | None = None,
-             max_prompt_tokens: int | None = None, keep_empty: float = 1.0) -> list[dict[str, Any]]:
+             max_prompt_tokens: int | None = None, keep_empty: float = 1.0,
+             drop_unseen_quotes: bool = False, dropped: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """One chat row per (session, agent): the agent's prompt, then the expert's output as the assistant turn.
 
     With ``length`` and ``max_prompt_tokens`` the prompt is cut exactly as RL and the held-out
     evaluation cut it (``prompts.fit_prompt``), so SFT trains on the prompts the policy later sees.
     ``keep_empty`` is the share of rows kept whose expert output writes nothing: on a CPU such a
     row costs a whole prompt to teach a five-token answer the model learns from a few examples.
+    ``drop_unseen_quotes`` leaves out a row whose expert output edits an entry its (cut) prompt does not show
+    (``unseen_quotes``): the expert knows its whole bank, the policy only the view, so such a row teaches it to
+    invent the text it edits. Each row left out for it is appended to ``dropped`` when given.
     """
     if not 0.0 <= keep_empty <= 1.0:
         raise ValueError(f"keep_empty must be in [0, 1], got {keep_empty}")
@@ -162,6 +181,10 @@ def sft_rows(records: Iterable[Mapping[str, Any]], agents: Sequence[str] = AGENT
                 continue
             prompt = (fit_prompt(agent, r["observation"], length, max_prompt_tokens) if length
                       else render_prompt(agent, r["observation"]))
+            if drop_unseen_quotes and (unseen := unseen_quotes(agent, r["outputs"][agent], prompt)):
+                if dropped is not None:
+                    dropped.append({"session_key": r["key"], "agent": agent, "unseen": unseen})
+                continue
             messages = prompt + [{"role": "assistant", "content": r["outputs"][agent]}]
             rows.append({"messages": messages, "session_key": r["key"], "agent": agent,
                          "source": r.get("source", "expert")})

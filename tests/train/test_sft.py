@@ -96,6 +96,41 @@ def test_keep_empty_rows_drops_a_stable_share_of_answers_that_write_nothing():
         sft_rows(records, keep_empty=1.5)
 
 
+def test_rows_whose_edit_quotes_text_the_prompt_hides_are_left_out():
+    """The expert knows its whole bank; a row whose UPDATE or REPLACE quotes an entry the (cut) prompt does not
+    show would teach the policy to invent what it edits, so SFT can leave it out and says which."""
+    from membuilder.training.trajectories import unseen_quotes
+
+    seen = "Lodging preference: a room with a bed | Details: First mentioned on 2020-09-29."
+    hidden = "Course: ceramics lessons | Details: First mentioned on 2020-10-02."
+    obs = {"session": "user: I sleep in a tent now and quit ceramics.", "session_time": "2020-12-29",
+           "core": "Lodging preference: a room with a bed (since 2020-09-29)", "core_usage": 10.0, "semantic": [seen]}
+
+    def update(old):
+        return json.dumps({"operations": [{"action": "UPDATE", "old_memory": old, "new_memory": "changed"}]})
+
+    replace = json.dumps({"operations": [{"action": "REPLACE", "old_text": "room with a bed", "new_text": "tent"}]})
+    records = [{"key": f"u/s{i}", "observation": obs, "outputs": {"semantic": out, "core": replace}}
+               for i, out in enumerate([update(seen), update(hidden)])]
+    every = sft_rows(records, agents=("core", "semantic"))
+    dropped = []
+    kept = sft_rows(records, agents=("core", "semantic"), drop_unseen_quotes=True, dropped=dropped)
+    assert len(every) == 4 and len(kept) == 3
+    assert dropped == [{"session_key": "u/s1", "agent": "semantic", "unseen": [hidden]}]
+    assert unseen_quotes("core", replace, kept[0]["messages"][:-1]) == []  # a Core REPLACE's quote is in view
+
+    # on the oracle's own trajectories, cut to a small budget, every kept edit quotes what its prompt shows
+    from membuilder.training.prompts import token_counter
+
+    tracks = dataclasses.replace(CONFIG, world_overrides={**CONFIG.world_overrides, "num_periods": 3})
+    length = token_counter(byte_tokenizer())
+    recs = expert_records(tracks, [0], limit=None)
+    lost = []
+    rows = sft_rows(recs, length=length, max_prompt_tokens=1400, drop_unseen_quotes=True, dropped=lost)
+    assert lost and all(unseen_quotes(r["agent"], r["messages"][-1]["content"], r["messages"][:-1]) == [] for r in rows)
+    assert len(rows) + len(lost) == len(sft_rows(recs, length=length, max_prompt_tokens=1400))
+
+
 def test_llm_expert_trajectory_resumes_from_its_jsonl(episodes, embedder, tmp_path):
     from membuilder.memory.bank import MemoryBank
 
