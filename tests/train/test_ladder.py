@@ -213,6 +213,20 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
     assert "noop_reward" not in json.loads(sft_eval.read_text())  # filled in, not generated again
     rows = again  # the base row's evaluation time is the remade evaluation's
 
+    # a work folder carried to a machine that keeps no files (results/ladder-change/work) holds each stage's adapter,
+    # naming the ladder's base model, and its evaluations, not the merged weights: an evaluation made again there
+    # (here the memory score, whose MemBuilder writer loads the stage by path) merges the adapter anew and scores
+    # what it scored before
+    sft_policy = tmp_path / "work" / "sft" / "policy"
+    for adapter in (tmp_path / "work").glob("**/policy/adapter"):
+        assert json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"] == tiny_path
+    shutil.rmtree(sft_policy / "merged")
+    sft_eval.unlink()
+    (tmp_path / "work" / "eval" / "sft-memory.transformers.json").unlink()  # the interactive writer loads merged weights
+    again = ladder.main(_argv(tiny_path, tmp_path))
+    assert (sft_policy / "merged" / "config.json").exists() and timeless(again) == timeless(rows)
+    rows = again  # the SFT row's evaluation times are the remade evaluations'
+
     # an RL ablation (ADRPO with alpha 2, no GRPO) takes this ladder's SFT stage and evaluations instead of
     # making them again
     work2 = tmp_path / "alpha2"

@@ -210,7 +210,14 @@ def test_lora_sft_saves_an_adapter_and_a_merged_model_the_backend_loads(small_ro
     trainer.train()
     assert any(not torch.equal(before[n], p) for n, p in trainer.model.named_parameters() if n in before)
     paths = save_policy(trainer.model, tok, tmp_path / "policy")
-    assert (tmp_path / "policy" / "adapter" / "adapter_config.json").exists()
+    config = tmp_path / "policy" / "adapter" / "adapter_config.json"
+    assert config.exists()
+    # an adapter carried to another machine names its base by a short name, not this machine's path
+    from membuilder.training.checkpoints import set_adapter_base
+
+    before = json.loads(config.read_text())
+    assert set_adapter_base(config.parent, "smollm2-135m") and not set_adapter_base(config.parent, "smollm2-135m")
+    assert json.loads(config.read_text()) == {**before, "base_model_name_or_path": "smollm2-135m"}
     model = load_chat_model({"model": paths["merged"], "backend": "transformers"})
     out = model.generate([[{"role": "user", "content": "hi"}]], Sampling(max_new_tokens=4))
     assert len(out) == 1

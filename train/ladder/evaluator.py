@@ -24,6 +24,7 @@ from membuilder.llm.registry import resolve_chat_path
 from membuilder.llm.vllm_backend import cpu_engine_dtype
 from membuilder.plumbing.json_files import atomic_write_text
 from membuilder.plumbing.stats import bootstrap_ci
+from membuilder.training.checkpoints import save_merged
 from membuilder.training.policy_eval import baseline_summary, evaluate_policy, quoted_summary
 from memgym_env.benchmarks.grounding import ground_writer
 from memgym_env.benchmarks.locomo import read_locomo
@@ -279,9 +280,17 @@ def oracle_over_limit(a: LadderArgs) -> dict[str, Any]:
 
 
 def merged_path(policy: str) -> str:
-    """The merged checkpoint beside an adapter folder (what the interactive env loads by path)."""
+    """The merged checkpoint beside an adapter folder (what the interactive env loads by path), merged again from
+    the adapter where it is missing: a work folder carried between machines keeps only the adapters."""
     p = Path(policy)
-    return str(p.parent / "merged") if (p / "adapter_config.json").exists() else policy
+    if not (p / "adapter_config.json").exists():
+        return policy
+    if not (p.parent / "merged" / "config.json").exists():
+        model, tokenizer, _ = load_policy(policy, "auto", frozen_base=True)
+        save_merged(model, tokenizer, p.parent)
+        del model
+        gc.collect()
+    return str(p.parent / "merged")
 
 
 def cached_json(path: Path, make, valid=None):

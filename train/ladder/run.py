@@ -40,7 +40,7 @@ from typing import Any
 
 from membuilder.plumbing.json_files import atomic_write_bytes, write_json
 from membuilder.plumbing.stats import bootstrap_ci
-from membuilder.training.checkpoints import save_policy
+from membuilder.training.checkpoints import save_policy, set_adapter_base
 from train import adrpo, sft
 from train.common import close_colocated_engine
 from train.ladder.curve_callback import CurveCallback, same_pick
@@ -63,7 +63,7 @@ def train_sft(a: LadderArgs, folder: Path, callbacks=()) -> str:
 
     Like the RL runs, SFT saves a checkpoint every ``save_steps`` updates and a stopped ladder resumes it
     from the last one: on two cores SFT alone outlasts a short sitting."""
-    return _train_resumable(folder, lambda: sft.build(sft_argv(a, folder)), callbacks)
+    return _portable(a, _train_resumable(folder, lambda: sft.build(sft_argv(a, folder)), callbacks))
 
 
 def train_rl(a: LadderArgs, stage: str, seed: int, start: str, folder: Path, curve, callbacks=()) -> str:
@@ -72,8 +72,15 @@ def train_rl(a: LadderArgs, stage: str, seed: int, start: str, folder: Path, cur
 
     The run saves a checkpoint every ``save_steps`` steps; a stopped run resumes from its last one
     (adapter, optimizer, scheduler, data order and RNG), so a run longer than one sitting still finishes."""
-    return _train_resumable(folder, lambda: adrpo.build(rl_argv(a, stage, seed, start, folder)),
-                            (*([curve] if curve is not None else []), *callbacks))
+    return _portable(a, _train_resumable(folder, lambda: adrpo.build(rl_argv(a, stage, seed, start, folder)),
+                                         (*([curve] if curve is not None else []), *callbacks)))
+
+
+def _portable(a: LadderArgs, adapter: str) -> str:
+    """A stage's adapter names the ladder's base model by its short name, so a work folder carried to another
+    machine (results/ladder-change/work) finds its base there; every stage of a ladder trains that one model."""
+    set_adapter_base(adapter, a.model_name_or_path)
+    return adapter
 
 
 def _train_resumable(folder: Path, build, callbacks) -> str:
