@@ -57,7 +57,7 @@ class SFTScriptArgs(EnvArgs, BenchmarkEvalArgs):
         "help": "Cut each prompt's memory view to this many tokens, as ADRPO and the held-out evaluation do."})
     keep_empty_rows: float = field(default=1.0, metadata={
         "help": "Share of rows kept whose expert output writes nothing (chosen by a hash of session and agent)."})
-    drop_unseen_quotes: bool = field(default=True, metadata={
+    drop_unseen_quotes: bool = field(default=False, metadata={
         "help": "Leave out rows whose expert output edits an entry the cut prompt does not show (it would teach "
                 "the policy to invent what it edits)."})
 
