@@ -56,6 +56,8 @@ def main(argv=None) -> dict:
     p.add_argument("--prompt-tokens", type=int, default=384)
     p.add_argument("--completion-tokens", type=int, default=256, help="the batch's completion width")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--rows-per-pass", default="1,2,4",
+                   help="also time the shared prompt with the completions in passes of this many, shortest first")
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "shared_prompt_loss.json"))
     args = p.parse_args(argv)
 
@@ -69,6 +71,9 @@ def main(argv=None) -> dict:
     methods = {"per_row": lambda: per_row_logps(model, ids, mask, keep),
                "shared_full_width": lambda: shared_prefix_logps(model, ids, mask, keep, trim_padding=False)[0],
                "shared": lambda: shared_prefix_logps(model, ids, mask, keep)[0]}
+    chunked = [int(n) for n in args.rows_per_pass.split(",") if n]
+    for n in chunked:
+        methods[f"shared_rows{n}"] = lambda n=n: shared_prefix_logps(model, ids, mask, keep, rows_per_pass=n)[0]
 
     def run(method):
         model.zero_grad()
@@ -86,15 +91,19 @@ def main(argv=None) -> dict:
             times[method].append(round(seconds, 2))
             last[method] = logps
     m = mask[:, -keep:].bool()
-    diff = max(float((last["per_row"][m] - last[k][m]).abs().max()) for k in ("shared", "shared_full_width"))
+    diff = max(float((last["per_row"][m] - last[k][m]).abs().max()) for k in methods if k != "per_row")
     median = {k: statistics.median(v) for k, v in times.items()}
     result = {
         "what": "forward + backward of one agent prompt's G completions, SmolLM2-135M + LoRA r16, float32",
         "prompt_tokens": int(prompt.numel()), "generations": g, "completion_width": c, "completion_lengths": lengths,
         "tokens_through_model": {"per_row": int(ids.numel()), "shared_full_width": int(prompt.numel() + g * c),
-                                 "shared": int(prompt.numel() + g * max(lengths))},
+                                 "shared": int(prompt.numel() + g * max(lengths)),
+                                 **{f"shared_rows{n}": int(prompt.numel() + sum(
+                                     len(part) * max(part) for part in
+                                     (sorted(lengths)[i:i + n] for i in range(0, g, n)))) for n in chunked}},
         "seconds": times, "median_s": median,
-        "speedup_over_per_row": {k: round(median["per_row"] / median[k], 2) for k in ("shared_full_width", "shared")},
+        "speedup_over_per_row": {k: round(median["per_row"] / median[k], 2) for k in methods if k != "per_row"},
+        "speedup_over_shared": {k: round(median["shared"] / median[k], 2) for k in methods if k.startswith("shared_rows")},
         "speedup_of_trimming": round(median["shared_full_width"] / median["shared"], 2),
         "max_abs_logp_difference": diff, "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
         "load_average_at_end": list(os.getloadavg()), "platform": platform.platform(),
@@ -102,7 +111,8 @@ def main(argv=None) -> dict:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     print(json.dumps({k: result[k] for k in ("tokens_through_model", "median_s", "speedup_over_per_row",
-                                             "speedup_of_trimming", "max_abs_logp_difference")}, indent=1))
+                                             "speedup_over_shared", "speedup_of_trimming", "max_abs_logp_difference")},
+                     indent=1))
     return result
 
 

@@ -93,6 +93,10 @@ class ADRPOConfig(GRPOConfig):
                 "where TRL's own pass runs. Micro-batches keep the sampler's order, so "
                 "per_device_train_batch_size = G with gradient_accumulation_steps = 4 holds one agent prompt each "
                 "(the least memory); 4 x G with 1 holds a whole session."})
+    share_prompt_rows: int | None = field(default=None, metadata={
+        "help": "With share_prompt: a prompt's completions go through the model this many at a time, shortest first, "
+                "each pass padded to its own longest instead of the group's (bench/shared_prompt_loss.py); "
+                "null runs the whole group at once."})
     # TRL leaves dropout on. In RL it is noise twice over: the importance ratios compare log-probs of two
     # forwards of one policy (and of the generator's, which has no dropout), and LoRA's dropout masks cost more
     # than the adapted matmuls on a CPU (half of every forward of the CPU ladder's RL steps).
@@ -436,7 +440,8 @@ class ADRPOTrainer(GRPOTrainer):
                 **multimodal)
         with self.accelerator.autocast():
             logps, entropies = through_wrapper(model, lambda: shared_prefix_logps(
-                model, input_ids, attention_mask, logits_to_keep, self.temperature, compute_entropy))
+                model, input_ids, attention_mask, logits_to_keep, self.temperature, compute_entropy,
+                rows_per_pass=self.args.share_prompt_rows))
         return logps, entropies, None
 
     def _ratio_from(self, logps: torch.Tensor, inputs: dict[str, Any]) -> torch.Tensor:

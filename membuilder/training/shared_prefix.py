@@ -69,13 +69,28 @@ def through_wrapper(model, compute):
         del inner.forward
 
 
+def _repeat_cache(layers: list[tuple[torch.Tensor, torch.Tensor]], n: int):
+    """A fresh cache holding the prompt's keys and values ``layers`` for ``n`` rows (the graph kept, so gradients
+    reach the prompt's pass from every chunk of rows)."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    for i, (keys, values) in enumerate(layers):
+        cache.update(keys.expand(n, *keys.shape[1:]), values.expand(n, *values.shape[1:]), i)
+    return cache
+
+
 def shared_prefix_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
-                        temperature: float = 1.0, compute_entropy: bool = False, trim_padding: bool = True):
+                        temperature: float = 1.0, compute_entropy: bool = False, trim_padding: bool = True,
+                        rows_per_pass: int | None = None):
     """Log-probs (and entropies) of the last ``logits_to_keep`` tokens of each row, as TRL's
     ``_get_per_token_logps_and_entropies`` returns them at real tokens, computing each distinct prompt once.
 
     ``trim_padding=False`` runs every completion to the batch's width and scores padding too, as TRL's pass
-    does (``bench/shared_prompt_loss.py`` times both)."""
+    does (``bench/shared_prompt_loss.py`` times all three). ``rows_per_pass``: the group's completions, shortest
+    first, go through the backbone this many at a time, each pass padded to its own longest rather than the
+    group's (None: the whole group in one pass). On a CPU the cost is the tokens computed, so padding a group's
+    short completions to the one that ran to the limit is wasted work."""
     from transformers import DynamicCache
 
     backbone, head = _parts(model)
@@ -100,22 +115,41 @@ def shared_prefix_logps(model, input_ids: torch.Tensor, attention_mask: torch.Te
         group_mask, group_ids = group_mask[:, :width_used], completions[idx, :width_used]
         cache = DynamicCache()
         first = backbone(input_ids=prompt, use_cache=True, **{cache_arg: cache})
-        cache.batch_repeat_interleave(len(rows))
-        mask = torch.cat([prompt_mask.new_ones(len(rows), prompt.size(1)), group_mask], dim=1)
-        rest = backbone(input_ids=group_ids, attention_mask=mask, use_cache=True, **{cache_arg: cache})
+        last = first.last_hidden_state[:, -1:]
         # the prompt's last position predicts the first completion token; completion position t the next
-        hidden = torch.cat([first.last_hidden_state[:, -1:].expand(len(rows), -1, -1),
-                            rest.last_hidden_state[:, :-1]], dim=1)
-        real = group_mask.bool() if trim_padding else torch.ones_like(group_mask, dtype=torch.bool)
-        logits = head(hidden[real]).float() / temperature
-        logp_all = torch.log_softmax(logits, dim=-1)
-        at = torch.zeros(len(rows), completions.size(1), dtype=torch.bool, device=input_ids.device)
-        at[:, :width_used] = real
-        out_logps.append(logps.new_zeros(at.shape).masked_scatter(
-            at, torch.gather(logp_all, -1, group_ids[real].unsqueeze(-1)).squeeze(-1)))
+        lengths = group_mask.sum(1)
+        if rows_per_pass is None or rows_per_pass >= len(rows) or not trim_padding:
+            chunks = [torch.arange(len(rows))]
+            cache.batch_repeat_interleave(len(rows))
+            caches = [cache]
+        else:
+            by_length = torch.argsort(lengths, stable=True)
+            chunks = list(by_length.split(rows_per_pass))
+            layers = [(layer.keys, layer.values) for layer in cache.layers]
+            caches = [_repeat_cache(layers, len(c)) for c in chunks]
+        group_logps = logps.new_zeros(len(rows), completions.size(1))
+        group_ent = logps.new_zeros(len(rows), completions.size(1)) if compute_entropy else None
+        for chunk, chunk_cache in zip(chunks, caches, strict=True):
+            n = len(chunk)
+            chunk_width = max(1, int(lengths[chunk].max())) if len(chunks) > 1 else width_used
+            chunk_mask, chunk_ids = group_mask[chunk, :chunk_width], group_ids[chunk, :chunk_width]
+            mask = torch.cat([prompt_mask.new_ones(n, prompt.size(1)), chunk_mask], dim=1)
+            rest = backbone(input_ids=chunk_ids, attention_mask=mask, use_cache=True, **{cache_arg: chunk_cache})
+            hidden = torch.cat([last.expand(n, -1, -1), rest.last_hidden_state[:, :-1]], dim=1)
+            real = chunk_mask.bool() if trim_padding else torch.ones_like(chunk_mask, dtype=torch.bool)
+            logits = head(hidden[real]).float() / temperature
+            logp_all = torch.log_softmax(logits, dim=-1)
+            at = torch.zeros(n, completions.size(1), dtype=torch.bool, device=input_ids.device)
+            at[:, :chunk_width] = real
+            group_logps = group_logps.index_copy(0, chunk.to(input_ids.device), logps.new_zeros(at.shape).masked_scatter(
+                at, torch.gather(logp_all, -1, chunk_ids[real].unsqueeze(-1)).squeeze(-1)))
+            if compute_entropy:
+                with torch.no_grad():
+                    group_ent = group_ent.index_copy(0, chunk.to(input_ids.device), logps.new_zeros(at.shape).masked_scatter(
+                        at, -(logp_all.exp() * logp_all).sum(-1)))
+        out_logps.append(group_logps)
         if compute_entropy:
-            with torch.no_grad():
-                out_ent.append(logps.new_zeros(at.shape).masked_scatter(at, -(logp_all.exp() * logp_all).sum(-1)))
+            out_ent.append(group_ent)
         out_rows.append(idx)
     order = torch.cat(out_rows)
     logps = logps.index_copy(0, order, torch.cat(out_logps))

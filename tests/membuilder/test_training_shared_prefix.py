@@ -56,17 +56,20 @@ def test_groups_follow_identical_prompts_whatever_the_order():
     assert prompt_groups(ids[:, :9], mask[:, :9]) == [[0, 2], [1, 3, 4]]
 
 
+@pytest.mark.parametrize("rows_per_pass", [None, 1, 2])
 @pytest.mark.parametrize("batch_padding", [0, 4])
-def test_shared_prompt_logps_and_gradients_equal_one_pass_per_row(batch_padding):
+def test_shared_prompt_logps_and_gradients_equal_one_pass_per_row(batch_padding, rows_per_pass):
     """``batch_padding``: completions padded past every group's longest, as a batch whose longest rollout hit
-    the length limit pads the others; the pass stops at each group's last real token."""
+    the length limit pads the others; the pass stops at each group's last real token. ``rows_per_pass``: the
+    completions in passes of that many, shortest first, each padded only to its own longest."""
     model = _model()
     ids, mask = _batch()
     ids = torch.cat([ids, ids.new_zeros(ids.size(0), batch_padding)], dim=1)
     mask = torch.cat([mask, mask.new_zeros(mask.size(0), batch_padding)], dim=1)
     keep, temperature = 5 + batch_padding, 0.7
     ref = _reference(model, ids, mask, keep, temperature)
-    got, ent = shared_prefix_logps(model, ids, mask, keep, temperature, compute_entropy=True)
+    got, ent = shared_prefix_logps(model, ids, mask, keep, temperature, compute_entropy=True,
+                                  rows_per_pass=rows_per_pass)
     cmask = mask[:, -keep:].bool()
     assert got.shape == (5, keep) and torch.allclose(got[cmask], ref[cmask], atol=1e-5)
     assert ent.shape == got.shape and bool((ent[cmask] > 0).all())

@@ -62,6 +62,7 @@ _RL_OVERRIDES = {
     "num_generations": 8,
     "per_device_train_batch_size": 8,  # = num_generations: one agent prompt per micro-batch
     "share_prompt": True,
+    "share_prompt_rows": 2,         # a prompt's completions 2 at a time, shortest first (bench/shared_prompt_loss.py)
     "temperature": 1.0,
     "top_p": 1.0,
     "learning_rate": 1.0e-4,
