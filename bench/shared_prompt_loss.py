@@ -41,8 +41,8 @@ def per_row_logps(model, ids, mask, keep):
 def main(argv=None) -> dict:
     import torch
     from agent_prompt_batch import agent_prompt_batch
-    from tqdm import tqdm
     from peft import get_peft_model
+    from tqdm import tqdm
 
     from membuilder.training.sft import lora_config
     from membuilder.training.shared_prefix import shared_prefix_logps
