@@ -23,6 +23,7 @@ from membuilder.memory.ops import (
     Update,
     entry_texts,
     parse,
+    quoted_texts,
     written_text,
 )
 from membuilder.memory.persist import read_bank, save_bank
@@ -118,9 +119,8 @@ class MemoryBank:
             if isinstance(op, Add):
                 self._add(mtype, op.memory, time, session, out)
                 continue
-            quoted = [op.old_memory] if isinstance(op, Update) else list(op.old_memories)
             found = []
-            for q in quoted:
+            for q in quoted_texts(op):
                 entry, how = self.store.resolve(mtype, q)
                 out.quoted += 1
                 if entry is None:

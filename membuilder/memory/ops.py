@@ -261,6 +261,17 @@ def render_ops(agent: str, ops: list[Op]) -> str:
     return json.dumps({"operations": [op_to_dict(op) for op in ops]}, ensure_ascii=False)
 
 
+def quoted_texts(op: Op) -> list[str]:
+    """What an edit quotes of the memory it changes: REPLACE's old text, UPDATE's and MERGE's old memories."""
+    if isinstance(op, CoreReplace):
+        return [op.old_text]
+    if isinstance(op, Update):
+        return [op.old_memory]
+    if isinstance(op, Merge):
+        return list(op.old_memories)
+    return []
+
+
 def entry_texts(ops: Sequence[Op]) -> list[str]:
     """Every text that entry operations write or quote: what applying them embeds."""
     texts: list[str] = []

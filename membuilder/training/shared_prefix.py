@@ -115,23 +115,18 @@ def shared_prefix_logps(model, input_ids: torch.Tensor, attention_mask: torch.Te
         group_mask, group_ids = group_mask[:, :width_used], completions[idx, :width_used]
         cache = DynamicCache()
         first = backbone(input_ids=prompt, use_cache=True, **{cache_arg: cache})
+        layers = [(layer.keys, layer.values) for layer in cache.layers]
         last = first.last_hidden_state[:, -1:]
         # the prompt's last position predicts the first completion token; completion position t the next
         lengths = group_mask.sum(1)
-        if rows_per_pass is None or rows_per_pass >= len(rows) or not trim_padding:
-            chunks = [torch.arange(len(rows))]
-            cache.batch_repeat_interleave(len(rows))
-            caches = [cache]
-        else:
-            by_length = torch.argsort(lengths, stable=True)
-            chunks = list(by_length.split(rows_per_pass))
-            layers = [(layer.keys, layer.values) for layer in cache.layers]
-            caches = [_repeat_cache(layers, len(c)) for c in chunks]
+        whole = rows_per_pass is None or rows_per_pass >= len(rows) or not trim_padding
+        chunks = [torch.arange(len(rows))] if whole else list(torch.argsort(lengths, stable=True).split(rows_per_pass))
         group_logps = logps.new_zeros(len(rows), completions.size(1))
         group_ent = logps.new_zeros(len(rows), completions.size(1)) if compute_entropy else None
-        for chunk, chunk_cache in zip(chunks, caches, strict=True):
+        for chunk in chunks:
             n = len(chunk)
-            chunk_width = max(1, int(lengths[chunk].max())) if len(chunks) > 1 else width_used
+            chunk_cache = _repeat_cache(layers, n)
+            chunk_width = width_used if whole else max(1, int(lengths[chunk].max()))
             chunk_mask, chunk_ids = group_mask[chunk, :chunk_width], group_ids[chunk, :chunk_width]
             mask = torch.cat([prompt_mask.new_ones(n, prompt.size(1)), chunk_mask], dim=1)
             rest = backbone(input_ids=chunk_ids, attention_mask=mask, use_cache=True, **{cache_arg: chunk_cache})

@@ -31,7 +31,7 @@ from typing import Any
 
 from membuilder.agents.constructor import MemBuilderPolicy, build_observation, render_prompt
 from membuilder.llm.base import Sampling
-from membuilder.memory.ops import AGENTS, CoreReplace, Merge, Update, parse
+from membuilder.memory.ops import AGENTS, parse, quoted_texts
 from membuilder.plumbing.json_files import atomic_write_text
 from membuilder.training.prompts import PromptLength, fit_prompt
 
@@ -148,14 +148,7 @@ def unseen_quotes(agent: str, output: str, prompt: Sequence[Mapping[str, str]]) 
     """The texts an output's edits quote (REPLACE's old text, UPDATE's and MERGE's old memories) that its prompt
     does not show: an edit the writer could only have made by knowing the bank beyond its view."""
     shown = "\n".join(m["content"] for m in prompt if m["role"] != "assistant")
-    quoted = []
-    for op in parse(agent, output).ops:
-        if isinstance(op, CoreReplace):
-            quoted.append(op.old_text)
-        elif isinstance(op, Update):
-            quoted.append(op.old_memory)
-        elif isinstance(op, Merge):
-            quoted.extend(op.old_memories)
+    quoted = [q for op in parse(agent, output).ops for q in quoted_texts(op)]
     return [q for q in quoted if q.strip() and q.strip() not in shown]
 
 
