@@ -198,9 +198,10 @@ def test_the_lora_dropout_benchmark_times_both_passes_and_sees_the_masks_noise(m
     assert json.loads(out.read_text())["median_both_passes_s"]["dropout_0"] > 0
 
 
-def test_the_shared_prompt_benchmark_times_three_passes_that_agree_at_real_tokens(monkeypatch, tmp_path):
-    """bench/shared_prompt_loss.py on SmolLM2 (small sizes): TRL's pass, the shared prompt over the batch's width
-    and the shared prompt cut to the group's longest give the same log-probs where the loss reads them."""
+def test_the_shared_prompt_benchmark_times_passes_that_agree_at_real_tokens(monkeypatch, tmp_path):
+    """bench/shared_prompt_loss.py on SmolLM2 (small sizes): TRL's pass, the shared prompt over the batch's width,
+    the shared prompt cut to the group's longest and the shared prompt a completion at a time give the same
+    log-probs where the loss reads them, each pushing fewer tokens through the model than the one before."""
     import sys
 
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
@@ -209,8 +210,11 @@ def test_the_shared_prompt_benchmark_times_three_passes_that_agree_at_real_token
 
     out = tmp_path / "shared_prompt_loss.json"
     res = shared_prompt_loss.main(["--lengths", "3,9", "--completion-tokens", "24", "--prompt-tokens", "120",
-                                   "--repeats", "1", "--out", str(out)])
+                                   "--repeats", "1", "--rows-per-pass", "1", "--out", str(out)])
     assert res["max_abs_logp_difference"] < 1e-3
     tokens = res["tokens_through_model"]
-    assert tokens["shared"] == res["prompt_tokens"] + 2 * 9 < tokens["shared_full_width"] < tokens["per_row"]
-    assert set(json.loads(out.read_text())["median_s"]) == {"per_row", "shared_full_width", "shared"}
+    assert tokens["shared_rows1"] == res["prompt_tokens"] + 3 + 9
+    assert tokens["shared_rows1"] < tokens["shared"] == res["prompt_tokens"] + 2 * 9
+    assert tokens["shared"] < tokens["shared_full_width"] < tokens["per_row"]
+    assert set(json.loads(out.read_text())["median_s"]) == {"per_row", "shared_full_width", "shared", "shared_rows1"}
+    assert set(res["speedup_over_shared"]) == {"shared_rows1"}
