@@ -104,3 +104,32 @@ def test_the_dominant_memory_type_comes_from_the_runs_logged_metrics(tmp_path):
     _log(tmp_path, {0: {a: [1.0, 0.0] for a in AGENTS}})
     assert "Dominant memory type (ADRPO's alpha goes to its agent): semantic 100%" in signal_line(
         "adrpo", 0, rl_signal(tmp_path))
+
+
+def test_a_packed_log_reads_as_the_plain_one_and_packs_to_the_same_bytes(tmp_path):
+    """A committed ladder work folder keeps only the gzip copies of a finished run's rollout logs: the
+    report read from them says what it said from the plain logs."""
+    from train.ladder.policy_actions import rollout_actions
+    from train.ladder.rl_signal import pack_rollouts, read_rollouts, rollout_logs
+
+    _log(tmp_path, {s: {a: [1.0, 0.5 * (s % 2)] for a in AGENTS} for s in range(6)}, process=0)
+    _log(tmp_path, {s: {a: [0.25, 0.0] for a in AGENTS} for s in range(6)}, process=1)
+    plain_records, plain_signal = read_rollouts(tmp_path), rl_signal(tmp_path)
+    plain_actions = rollout_actions(tmp_path)
+    packed = pack_rollouts(tmp_path)
+    assert [p.name for p in packed] == ["rollouts.0.jsonl.gz", "rollouts.1.jsonl.gz"]
+    first_bytes = packed[0].read_bytes()
+    assert [p.name for p in rollout_logs(tmp_path)] == ["rollouts.0.jsonl", "rollouts.1.jsonl"]  # plain ones first
+    assert read_rollouts(tmp_path) == plain_records  # not read twice
+
+    for p in tmp_path.glob("rollouts.*.jsonl"):
+        p.unlink()
+    assert [p.name for p in rollout_logs(tmp_path)] == ["rollouts.0.jsonl.gz", "rollouts.1.jsonl.gz"]
+    assert read_rollouts(tmp_path) == plain_records
+    assert rl_signal(tmp_path) == plain_signal and rollout_actions(tmp_path) == plain_actions
+    assert pack_rollouts(tmp_path) == []  # no plain log left to pack; the copies stay
+    assert packed[0].read_bytes() == first_bytes
+
+    _log(tmp_path, {s: {a: [1.0, 0.5 * (s % 2)] for a in AGENTS} for s in range(6)}, process=0)
+    pack_rollouts(tmp_path)
+    assert packed[0].read_bytes() == first_bytes  # the same log packs to the same bytes

@@ -16,11 +16,11 @@ from pathlib import Path
 
 from membuilder.plumbing.json_files import write_json
 from train.ladder.policy_actions import plot_actions, rollout_actions, rollout_line
-from train.ladder.rl_signal import ROLLOUT_GLOB, rl_signal, signal_line
+from train.ladder.rl_signal import ROLLOUT_GLOB, rl_signal, rollout_logs, signal_line
 
 
 def inspect(folder: Path, name: str = "run", window: int | None = None, bucket: int = 5) -> dict:
-    if not any(folder.glob(ROLLOUT_GLOB)):
+    if not rollout_logs(folder):
         raise SystemExit(f"{folder}: no rollout log ({ROLLOUT_GLOB}); train with --rollout_log {folder}/rollouts")
     out = {"run": str(folder), "train_signal": rl_signal(folder, window=window),
            "train_actions": rollout_actions(folder, bucket=bucket, window=window)}

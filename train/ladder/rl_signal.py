@@ -5,12 +5,15 @@ from: the train reward early in the run against late (per agent too, each with a
 interval over steps, since one step is one session and its reward is mostly that session's
 difficulty), and how many agent prompts gave no gradient because all G of their rollouts scored
 alike (GRPO's advantage is then zero for the whole group). It reads the run's rollout log
-(``ADRPOConfig.rollout_log``: ``<run>/rollouts.<process>.jsonl``), one line per scored completion.
+(``ADRPOConfig.rollout_log``: ``<run>/rollouts.<process>.jsonl``), one line per scored completion,
+or the gzip copy a finished ladder stage keeps beside it (``pack_rollouts``).
 """
 
 from __future__ import annotations
 
+import gzip
 import json
+import os
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -21,11 +24,42 @@ from membuilder.plumbing.stats import against_zero, bootstrap_ci, paired_differe
 ROLLOUT_GLOB = "rollouts.*.jsonl"
 
 
+def rollout_logs(folder: Path) -> list[Path]:
+    """Every process's rollout log in ``folder``: ``rollouts.<process>.jsonl``, or its gzip copy where the
+    plain one is gone (a ladder work folder carried to another machine keeps only the copies)."""
+    plain = sorted(folder.glob(ROLLOUT_GLOB))
+    packed = [p for p in sorted(folder.glob(ROLLOUT_GLOB + ".gz")) if p.with_suffix("") not in plain]
+    return sorted(plain + packed)
+
+
+def pack_rollouts(folder: Path) -> list[Path]:
+    """A gzip copy beside each plain rollout log of ``folder``, written atomically: the copies are what a
+    committed ladder work folder keeps (about a tenth of the size), so a report written on another machine
+    still reads the run's learning signal."""
+    out = []
+    for path in sorted(folder.glob(ROLLOUT_GLOB)):
+        target = path.with_name(path.name + ".gz")
+        tmp = target.with_name(target.name + ".tmp")
+        # mtime 0: the same log always packs to the same bytes, so a rerun does not show as a change
+        with open(path, "rb") as src, open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
+            gz.write(src.read())
+        os.replace(tmp, target)
+        out.append(target)
+    return out
+
+
+def _lines(path: Path) -> list[str]:
+    if path.suffix == ".gz":
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            return f.read().splitlines()
+    return path.read_text(encoding="utf-8").splitlines()
+
+
 def read_rollouts(folder: Path) -> list[dict[str, Any]]:
     """The train-mode records of every process's rollout log in ``folder`` (none: an empty list)."""
     records = []
-    for path in sorted(folder.glob(ROLLOUT_GLOB)):
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for path in rollout_logs(folder):
+        for number, line in enumerate(_lines(path), 1):
             if not line.strip():
                 continue
             try:

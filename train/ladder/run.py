@@ -47,7 +47,7 @@ from train.ladder.curve_callback import CurveCallback, same_pick
 from train.ladder.evaluator import Evaluator, cached_json, oracle_over_limit
 from train.ladder.policy_actions import held_out_actions, rollout_actions
 from train.ladder.report import recipe_command, recipe_config, table, write_results
-from train.ladder.rl_signal import paired_train_difference, rl_signal, time_split
+from train.ladder.rl_signal import pack_rollouts, paired_train_difference, rl_signal, time_split
 from train.ladder.settings import RL_STAGES, LadderArgs, parse_args, rl_argv, sft_argv
 from train.ladder.stage_clock import CLOCK, StageClock, clock_seconds
 from train.ladder.work_folder import check_work_dir, pin_engine, take_sft
@@ -72,8 +72,10 @@ def train_rl(a: LadderArgs, stage: str, seed: int, start: str, folder: Path, cur
 
     The run saves a checkpoint every ``save_steps`` steps; a stopped run resumes from its last one
     (adapter, optimizer, scheduler, data order and RNG), so a run longer than one sitting still finishes."""
-    return _portable(a, _train_resumable(folder, lambda: adrpo.build(rl_argv(a, stage, seed, start, folder)),
-                                         (*([curve] if curve is not None else []), *callbacks)))
+    adapter = _portable(a, _train_resumable(folder, lambda: adrpo.build(rl_argv(a, stage, seed, start, folder)),
+                                            (*([curve] if curve is not None else []), *callbacks)))
+    pack_rollouts(folder)
+    return adapter
 
 
 def _portable(a: LadderArgs, adapter: str) -> str:
