@@ -15,8 +15,10 @@ from memgym_env.world.user_ranges import parse_users
 
 def test_the_shipped_card_names_its_setting_and_the_default_preset_keeps_it():
     setting = demo.policy_setting(TRAINED_POLICY)
-    assert setting["env_config"] == "configs/env/construction_cpu.yaml"
-    assert (setting["max_completion_tokens"], setting["max_prompt_tokens"]) == (256, 384)
+    # the tracks-change ladder's setting (configs/train/ladder_smollm2_cpu.yaml), which the card must name
+    assert setting["env_config"] == "configs/env/construction_cpu_change_varied.yaml"
+    assert (setting["max_completion_tokens"], setting["max_prompt_tokens"]) == (256, 640)
+    assert setting["eval_session_pick"] == "every_period"
     assert not set(parse_users(setting["held_out_users"])) & set(parse_users(setting["train_users"]))
     assert demo.policy_setting(f"transformers:{TRAINED_POLICY}") == setting  # an engine prefix is no other policy
     assert demo.policy_setting("smollm2-135m") is None and demo.policy_setting("/some/local/model") is None
@@ -73,7 +75,7 @@ def comparison_fixture() -> dict:
              for label, spec, r in (("untrained", "smollm2-135m", 0.012), ("trained", TRAINED_POLICY, 0.117))}
     return {"setting": demo.policy_setting(TRAINED_POLICY), "users": ["u1", "u2", "u3", "u4"],
             "session_keys": [f"u/{i}" for i in range(24)], "max_new_tokens": 256, "card_max_completion_tokens": 256,
-            "max_prompt_tokens": 384, "constructors": built,
+            "max_prompt_tokens": 640, "constructors": built,
             "noop": {"mean_reward": 0.0, "ci": [0.0, 0.0], "n": 24},
             "oracle": {"mean_reward": 0.4567, "ci": [0.38, 0.53], "n": 24},
             "difference": {"mean": 0.105, "ci": [0.05, 0.16], "n": 24},
@@ -103,7 +105,7 @@ def test_the_constructor_rows_stay_whole_at_80_columns_and_in_a_log():
     assert "interactive cells 5 (2 users)" in text
     md = "\n".join(constructor_section({"model": "smollm2-135m", "constructor": TRAINED_POLICY,
                                         "untrained_constructor": "smollm2-135m"}, comparison, results))
-    assert "24 held-out sessions" in md and "configs/env/construction_cpu.yaml" in md and "256 tokens" in md
+    assert "24 held-out sessions" in md and comparison["setting"]["env_config"] in md and "256 tokens" in md
     assert "**trained > untrained: yes (interval above zero)**" in md
 
 
