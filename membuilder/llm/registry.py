@@ -36,11 +36,12 @@ Other keys go to the backend's constructor as keywords (``timeout_s``, ``max_ret
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from membuilder.llm.checkpoints import smollm2_checkpoint, trained_policy_checkpoint
+from membuilder.llm.checkpoints import policy_dir, smollm2_checkpoint, trained_policy_checkpoint
 from membuilder.llm.openai_backend import OpenAIChatModel
 from membuilder.llm.transformers_backend import TransformersChatModel
 from membuilder.llm.vllm_backend import VLLMChatModel, vllm_available
@@ -139,6 +140,22 @@ def _parse_string(spec: str) -> ModelSpec:
             return ModelSpec(model=model, backend="openai", base_url=base_url or None)
         return ModelSpec(model=rest, backend=head)
     return ModelSpec(model=spec)
+
+
+def policy_setting(spec: str) -> dict[str, Any] | None:
+    """The ``setting`` of a packaged policy's card: the world config and overrides it was trained on, its
+    train and held-out users, its output and prompt token limits. None where ``spec`` (any engine prefix)
+    names no packaged policy or its card has no setting. Whoever runs the policy reads its limits here,
+    so it writes as long an output as it learned to."""
+    name = parse_spec(spec).model.lower()
+    card = policy_dir(name) / "card.json" if name in TRAINED_POLICIES else None
+    if card is None or not card.is_file():
+        return None
+    try:
+        setting = json.loads(card.read_text(encoding="utf-8")).get("setting")
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{card}: not valid JSON ({exc})") from exc
+    return dict(setting) if setting else None
 
 
 def resolve_chat_path(model: str) -> str:

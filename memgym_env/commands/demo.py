@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         rollouts = demo.rollouts(world, sizes, None if comparison else writer, progress,
                                  untrained=model if compare and not comparison else None)
         results = demo.interactive(world, sizes, model, embedder, args.model, args.out, progress,
-                                   workers=args.workers, policy_model=args.policy_model,
+                                   assistants=sizes.assistants, workers=args.workers, policy_model=args.policy_model,
                                    untrained=args.model if compare and sizes.compare_interactive else None,
                                    constructors={constructor: writer})
         progress.set("report", "")

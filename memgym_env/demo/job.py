@@ -6,7 +6,6 @@ them into ``report.json``, ``report.md`` and the plots. ``Progress`` is the live
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import queue
@@ -18,8 +17,13 @@ from typing import Any
 from membuilder.agents.constructor import MemBuilderPolicy
 from membuilder.llm import load_chat_model
 from membuilder.llm.base import Sampling
-from membuilder.llm.checkpoints import policy_dir
-from membuilder.llm.registry import TRAINED_POLICIES, TRAINED_POLICY, parse_spec, resolve_chat_path
+from membuilder.llm.registry import (
+    TRAINED_POLICY,
+    constructor_spec,
+    parse_spec,
+    policy_setting,
+    resolve_chat_path,
+)
 from membuilder.memory.ops import AGENTS
 from membuilder.plumbing.stats import bootstrap_ci, paired_difference
 from membuilder.training.policy_eval import (
@@ -57,10 +61,13 @@ class DemoSizes:
     on_policy: bool = field(metadata={"help": "assistants converse with the simulated user (else: replay the world's sessions)"})
     changes_per_period: int = 1  # state changes per update period: fewer changes, fewer sessions
     compare_interactive: bool = False  # play the untrained MemBuilder constructor interactively too (else MemoryGym-v0 only)
+    assistants: tuple[str, ...] = ASSISTANTS  # played interactively (oracle gives the upper bound)
     # The constructor comparison: sessions of the trained policy's held-out users, in its card's setting.
     held_out_users: int = field(default=4, metadata={"help": "held-out users of the policy card whose sessions the constructors write"})
     held_out_sessions: int = 6  # per user, spread over the periods
-    held_out_tokens: int | None = None  # cap on the card's output tokens (QUICK only: a smoke run, not a measure)
+    # cap on the card's output tokens, in the comparison and in MemBuilder's interactive writes (QUICK only:
+    # a smoke run, not a measure)
+    held_out_tokens: int | None = None
     reply_tokens: int = 16
     write_tokens: int = 32
     top_k: int = 5
@@ -69,13 +76,15 @@ class DemoSizes:
 # Goals on 2 CPU cores: QUICK 2 minutes, DEFAULT 10 (see README for the measured times and load).
 # The constructor comparison is the demo's heaviest stage and keeps the trained policy's own setting
 # (24 held-out sessions at 256-token outputs; the untrained model's outputs run to the limit, so its
-# batches are queued first for the workers), so DEFAULT's interactive part is what gives way:
-# 2 users x 2 periods, MemBuilder played with the trained constructor only (FULL plays both).
+# batches are queued first for the workers). The interactive part plays MemBuilder with both
+# constructors at that output limit too (at 24 tokens every JSON write was cut: empty memory), so
+# DEFAULT's interactive part is small: 2 users x 2 periods, RAG as the baseline (FULL adds AWE).
 QUICK = DemoSizes(users=1, periods=2, questions=1, rollout_sessions=3, policy_sessions=1, policy_tokens=16,
                   eval_users=1, on_policy=False, write_tokens=16, top_k=3, held_out_users=1, held_out_sessions=2,
                   held_out_tokens=32)
 DEFAULT = DemoSizes(users=2, periods=2, questions=2, rollout_sessions=6, policy_sessions=1, policy_tokens=160,
-                    eval_users=2, on_policy=True, write_tokens=24)
+                    eval_users=2, on_policy=True, write_tokens=24, compare_interactive=True,
+                    assistants=("rag", "membuilder", "oracle"))
 FULL = DemoSizes(users=3, periods=4, questions=4, rollout_sessions=16, policy_sessions=16, policy_tokens=256,
                  eval_users=3, on_policy=True, changes_per_period=4, reply_tokens=48, write_tokens=128, top_k=10,
                  compare_interactive=True, held_out_users=8)
@@ -174,14 +183,21 @@ def interactive(world: Path, sizes: DemoSizes, model, embedder, model_spec: str,
     With ``workers`` > 1 the users are split over that many processes of one torch thread each.
     membuilder writes memory with ``policy_model`` where ``model_spec`` is SmolLM2; ``untrained``
     (a spec) adds a ``membuilder-untrained`` run constructing with it, answering with the same model.
+    Both MemBuilder runs write at the output limit on the trained policy's card (as the comparison
+    does), other assistants at ``sizes.write_tokens``.
     ``constructors``: already loaded constructor models by spec, for a serial run."""
     runs = {name: (name, policy_model) for name in assistants}
+    card = policy_setting(constructor_spec(model_spec, policy_model))
+    policy_tokens = int(card["max_completion_tokens"]) if card else sizes.write_tokens
+    if sizes.held_out_tokens is not None:
+        policy_tokens = min(policy_tokens, sizes.held_out_tokens)
     if untrained is not None:
         runs[UNTRAINED] = ("membuilder", untrained)
     names = tuple(runs)
     cfgs = [RunConfig(world=str(world), assistant=assistant, out=str(out / "runs" / name), model=model_spec,
                       policy_model=policy, users=sizes.eval_users, replay=None if sizes.on_policy else "world",
-                      reply_tokens=sizes.reply_tokens, write_tokens=sizes.write_tokens, top_k=sizes.top_k,
+                      reply_tokens=sizes.reply_tokens, top_k=sizes.top_k,
+                      write_tokens=policy_tokens if assistant == "membuilder" else sizes.write_tokens,
                       factual_recall=False) for name, (assistant, policy) in runs.items()]
     workers = min(workers, sizes.eval_users)
     if workers > 1:
@@ -216,17 +232,6 @@ def sizes_dict(sizes: DemoSizes) -> dict[str, Any]:
 # --- The constructor comparison, in the setting the shipped policy was trained in -----------------
 
 REPO = Path(__file__).resolve().parents[2]  # configs/ paths in a policy card are relative to the repository
-
-
-def policy_setting(constructor: str) -> dict[str, Any] | None:
-    """The ``setting`` key of a packaged policy's card (world config, overrides, train and held-out
-    users, token limits), or None where ``constructor`` is no packaged policy or its card has none."""
-    name = parse_spec(constructor).model.lower()
-    card = policy_dir(name) / "card.json" if name in TRAINED_POLICIES else None
-    if card is None or not card.is_file():
-        return None
-    setting = json.loads(card.read_text(encoding="utf-8")).get("setting")
-    return dict(setting) if setting else None
 
 
 def _repo_path(path: str | None) -> str | None:

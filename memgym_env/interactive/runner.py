@@ -24,7 +24,7 @@ from membuilder.agents.assistants import NEEDS_EMBEDDER, make_assistant
 from membuilder.agents.membuilder_assistant import WRITE_PROMPT_TOKENS, check_memory_view
 from membuilder.llm import load_chat_model
 from membuilder.llm.embedders import load_embedder
-from membuilder.llm.registry import TRAINED_POLICY, constructor_spec
+from membuilder.llm.registry import TRAINED_POLICY, constructor_spec, policy_setting
 from membuilder.plumbing.json_files import write_json
 from memgym_env.interactive import evolution
 from memgym_env.interactive.checks import (
@@ -61,7 +61,10 @@ class RunConfig:
     users: int | None = field(default=None, metadata={"help": "only the first N users"})
     seed: int = field(default=0, metadata={"help": "seed of random choices and template follow-ups"})
     reply_tokens: int = field(default=48, metadata={"help": "longest assistant reply"})
-    write_tokens: int = field(default=128, metadata={"help": "longest memory-writing output (awe, awi, membuilder, mem0-infer, a-mem)"})
+    write_tokens: int | None = field(default=None, metadata={
+        "help": "longest memory-writing output (awe, awi, membuilder, mem0-infer, a-mem); default 128, and for "
+                "membuilder writing with a packaged policy the output limit on its card (the length it was trained "
+                "to write within: shorter, its JSON is cut and nothing is written)"})
     write_prompt_tokens: int = field(default=WRITE_PROMPT_TOKENS, metadata={
         "help": "longest membuilder memory-writing prompt; longer ones lose memory-view entries first. Keep "
                 "write_prompt_tokens + write_tokens within the writing model's context (vLLM: its max_model_len)"})
@@ -87,10 +90,17 @@ class RunConfig:
         """The model spec that writes a membuilder assistant's memory (None for other assistants)."""
         return constructor_spec(self.model, self.policy_model) if self.assistant == "membuilder" else None
 
+    def write_limit(self) -> int:
+        """``write_tokens`` as given, else the constructor card's output limit (membuilder), else 128."""
+        if self.write_tokens is not None:
+            return self.write_tokens
+        setting = policy_setting(self.constructor()) if self.assistant == "membuilder" else None
+        return int(setting["max_completion_tokens"]) if setting and setting.get("max_completion_tokens") else 128
+
     def assistant_options(self) -> dict[str, Any]:
         opts: dict[str, Any] = {"reply_tokens": self.reply_tokens, "context_tokens": self.context_tokens}
         if self.assistant in ("awe", "awi", "membuilder", "mem0-infer", "a-mem"):
-            opts["write_tokens"] = self.write_tokens
+            opts["write_tokens"] = self.write_limit()
         if self.assistant == "membuilder":
             opts["write_prompt_tokens"] = self.write_prompt_tokens
             if self.memory_view != "all":  # the default stays out, so run folders from before it still resume

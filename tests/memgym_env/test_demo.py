@@ -104,7 +104,9 @@ def test_demo_report_shows_the_untrained_and_the_trained_constructor_side_by_sid
     assert len(rows) == 2 and "interactive cells" not in section and "--policy-model smollm2-135m" in section
     # Without a comparison (a model with no policy card) there is no such section.
     assert "untrained vs trained" not in write_report(tmp_path / "none", meta, rollouts, results)["report.md"].read_text()
-    assert not demo.DEFAULT.compare_interactive and demo.FULL.compare_interactive  # DEFAULT's time goes to the comparison
+    # Item 6 of the demo: MemBuilder with both constructors on the same users, in every preset that measures
+    assert demo.DEFAULT.compare_interactive and demo.FULL.compare_interactive
+    assert {"membuilder", "rag", "oracle"} <= set(demo.DEFAULT.assistants) and "awe" in demo.FULL.assistants
 
 
 def test_the_demo_table_gives_questions_and_intervals_and_the_report_its_notes():

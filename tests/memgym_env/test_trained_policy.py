@@ -154,3 +154,26 @@ def test_membuilder_run_writes_with_the_trained_policy_and_answers_with_the_mode
     assert run_meta(cfg)["constructor"] == TRAINED_POLICY
     assert RunConfig(world=str(world), assistant="rag", out="x").constructor() is None
     assert RunConfig(world=str(world), assistant="membuilder", out="x", model="/m").constructor() == "/m"
+
+
+def test_membuilder_writes_at_the_output_limit_on_its_policy_card_unless_told_otherwise(tmp_path):
+    """The demo's interactive MemBuilder once wrote with the packaged policy at 24 tokens: every JSON
+    operation list was cut, the banks stayed empty and 6 of 8 answers were write failures. A packaged
+    constructor now writes at its card's limit; other constructors and assistants keep 128."""
+    from memgym_env.interactive.runner import RunConfig
+
+    card = json.loads((policy_dir(TRAINED_POLICY) / "card.json").read_text())["setting"]["max_completion_tokens"]
+    world = tmp_path / "w.json"
+    world.write_text("{}")
+
+    def options(**kw) -> dict:
+        return RunConfig(world=str(world), out=str(tmp_path / "run"), **kw).assistant_options()
+
+    assert card == 256 and options(assistant="membuilder")["write_tokens"] == card
+    assert options(assistant="membuilder", model="transformers:smollm2-135m")["write_tokens"] == card
+    assert options(assistant="membuilder", policy_model="smollm2-135m")["write_tokens"] == 128  # no card
+    assert options(assistant="membuilder", write_tokens=40)["write_tokens"] == 40
+    assert options(assistant="awe")["write_tokens"] == 128 and "write_tokens" not in options(assistant="rag")
+    # `memgym evaluate` leaves the flag unset, so the card decides there too
+    args = build_parser().parse_args(["evaluate", "--world", str(world), "--assistant", "membuilder", "--out", "x"])
+    assert args.write_tokens is None
