@@ -9,6 +9,7 @@ import pytest
 from membuilder.memory.ops import AGENTS
 from train.ladder.inspect_run import main as inspect_main
 from train.ladder.policy_actions import (
+    gap_line,
     held_out_actions,
     held_out_line,
     kind,
@@ -98,6 +99,14 @@ def test_rollouts_show_which_kind_the_run_moved_to_and_which_the_advantages_favo
     stopped = rollout_actions(tmp_path, bucket=4, until=4)
     assert stopped["steps"] == 4 and stopped["agents"]["semantic"]["edit_share"] == [{"step": 4, "share": 0.5}]
     assert rollout_actions(tmp_path / "missing") is None
+    # The reward's own view of editing, session held fixed: in each of the 4 early groups semantic's UPDATEs
+    # earned 0.25 and its ADDs 0.75; the late groups sampled no edit. Episodic never edits: no gap.
+    gaps = {a: v["edit_minus_new"] for a, v in actions["agents"].items()}
+    assert gaps["semantic"] == {"mean": -0.5, "ci": [-0.5, -0.5], "groups": 4}
+    assert gaps["core"]["mean"] == -0.25 and gaps["core"]["groups"] == 8 and gaps["episodic"] is None
+    gap = gap_line("adrpo", 0, actions)
+    assert gap.startswith("ADRPO seed 0, reward of an edit minus new memory only, within the groups")
+    assert "semantic -0.500 [-0.500, -0.500] over 4 groups" in gap and "episodic" not in gap
 
 
 def test_the_plot_draws_each_runs_edit_share_against_sft(tmp_path):
@@ -121,6 +130,7 @@ def test_inspect_run_reads_any_runs_rollout_log(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "ADRPO-LR1E-4, train reward over the first 1 of 4 steps" in printed
     assert "ADRPO-LR1E-4, sampled rollouts, the first 1 of 4 steps" in printed
+    assert "procedural -0.250 [-0.250, -0.250] over 4 groups" in printed
     saved = json.loads((tmp_path / "inspect.json").read_text())
     assert saved == json.loads(json.dumps(out)) and saved["train_signal"]["agent_prompts"] == 16
     assert saved["train_actions"]["agents"]["semantic"]["edit_share"] == [{"step": 2, "share": 0.5},

@@ -15,7 +15,7 @@ import argparse
 from pathlib import Path
 
 from membuilder.plumbing.json_files import write_json
-from train.ladder.policy_actions import plot_actions, rollout_actions, rollout_line
+from train.ladder.policy_actions import gap_line, plot_actions, rollout_actions, rollout_line
 from train.ladder.rl_signal import ROLLOUT_GLOB, rl_signal, rollout_logs, signal_line
 
 
@@ -26,6 +26,8 @@ def inspect(folder: Path, name: str = "run", window: int | None = None, bucket: 
            "train_actions": rollout_actions(folder, bucket=bucket, window=window)}
     print(signal_line(name, None, out["train_signal"]))
     print(rollout_line(name, None, out["train_actions"]))
+    if gap := gap_line(name, None, out["train_actions"]):
+        print(gap)
     write_json(folder / "inspect.json", out)
     plot_actions([{"stage": name, "label": name, "seed": None, "train_actions": out["train_actions"]}],
                  folder / "actions.png")

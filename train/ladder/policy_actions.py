@@ -12,6 +12,8 @@ in one kind (``KINDS``):
 
 Read off a stage's held-out outputs (greedy; ``held_out_actions``) and off an RL run's rollout log
 (sampled; ``rollout_actions``), where each kind's mean advantage says which way the gradient pushed it.
+``edit_gap`` asks the reward itself: where one group (an agent's G rollouts of one session) sampled both an
+edit and new memory only, how much more the edits earned. Near zero, RL has no reason to keep editing.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from membuilder.memory.ops import AGENTS, Add, CoreAppend, Skip, parse
+from membuilder.plumbing.stats import bootstrap_ci
 from train.ladder.rl_signal import read_rollouts, run_ends
 from train.ladder.settings import STAGES
 
@@ -69,6 +72,22 @@ def _window(records: list[dict[str, Any]]) -> dict[str, Any]:
             "mean_advantage": {k: round(sum(v) / len(v), 4) for k, v in sorted(advantages.items())}}
 
 
+def edit_gap(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Mean reward of the ``edit`` rollouts minus that of the ``new`` ones, within each group (one step, session
+    and agent) that sampled both, averaged over those groups with a 95% bootstrap over groups; None where no
+    group sampled both. Comparing inside a group holds the session fixed: what is left is the reward's view of
+    editing against adding beside the stale entry."""
+    groups: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        if r["kind"] in ("edit", "new"):
+            groups[(r["step"], r["session"])][r["kind"]].append(float(r["reward"]))
+    gaps = [sum(g["edit"]) / len(g["edit"]) - sum(g["new"]) / len(g["new"]) for g in groups.values()
+            if g["edit"] and g["new"]]
+    if not gaps:
+        return None
+    return {"mean": round(sum(gaps) / len(gaps), 4), "ci": bootstrap_ci(gaps), "groups": len(gaps)}
+
+
 def rollout_actions(folder: Path, bucket: int = 5, window: int | None = None,
                     until: int | None = None) -> dict[str, Any] | None:
     """Per agent: the kinds' shares over the first and the last ``window`` steps (default: a quarter of the run)
@@ -94,6 +113,7 @@ def rollout_actions(folder: Path, bucket: int = 5, window: int | None = None,
             # keyed by the last update of the bucket (1-based), as the curves are
             "edit_share": [{"step": min((b + 1) * bucket, steps[-1] + 1), "share": round(v.count("edit") / len(v), 4)}
                            for b, v in sorted(by_bucket.items())],
+            "edit_minus_new": edit_gap(mine),  # over the whole run: the reward is the same at every step
         }
     return out
 
@@ -124,6 +144,20 @@ def rollout_line(stage: str, seed: int | None, actions: dict[str, Any]) -> str:
                      + (f" (early mean advantage highest for {favoured[0]}, {favoured[1]:+.2f})" if favoured else ""))
     return (f"{stage.upper()}{'' if seed is None else f' seed {seed}'}, sampled rollouts, the first {w} of {n} steps "
             f"-> the last {w}, the kind that moved most: " + "; ".join(parts))
+
+
+def gap_line(stage: str, seed: int | None, actions: dict[str, Any]) -> str | None:
+    """One readable line of each agent's ``edit_gap`` in an RL run's rollouts; None where no agent has one."""
+    parts = []
+    for agent, a in actions["agents"].items():
+        gap = a.get("edit_minus_new")
+        if gap:
+            lo, hi = gap["ci"]
+            parts.append(f"{agent} {gap['mean']:+.3f} [{lo:+.3f}, {hi:+.3f}] over {gap['groups']} groups")
+    if not parts:
+        return None
+    return (f"{stage.upper()}{'' if seed is None else f' seed {seed}'}, reward of an edit minus new memory only, "
+            "within the groups that sampled both (95% bootstrap over groups): " + "; ".join(parts))
 
 
 def plot_actions(runs: list[dict[str, Any]], path: Path) -> None:
