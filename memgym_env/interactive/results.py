@@ -125,9 +125,12 @@ def interval_text(ci: Any) -> str:
 
 
 def run_label(r: dict[str, Any]) -> str:
-    """The assistant, and the model writing its memory where that is not the run's model."""
+    """The assistant, and the model writing its memory: always for MemBuilder (with SmolLM2 either the
+    trained policy or the untrained model writes, and two such runs sit side by side), else where it is
+    not the run's model."""
     writer = r.get("constructor")
-    return r["assistant"] + (f" [writes with {writer}]" if writer not in (None, r.get("model")) else "")
+    shown = writer is not None and (r["assistant"] == "membuilder" or writer != r.get("model"))
+    return r["assistant"] + (f" [writes with {writer}]" if shown else "")
 
 
 def table(results: Sequence[dict[str, Any]]) -> str:

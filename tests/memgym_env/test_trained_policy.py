@@ -177,3 +177,13 @@ def test_membuilder_writes_at_the_output_limit_on_its_policy_card_unless_told_ot
     # `memgym evaluate` leaves the flag unset, so the card decides there too
     args = build_parser().parse_args(["evaluate", "--world", str(world), "--assistant", "membuilder", "--out", "x"])
     assert args.write_tokens is None
+
+
+def test_each_membuilder_run_is_labelled_with_the_model_that_writes_its_memory():
+    from memgym_env.interactive.results import run_label
+
+    trained = {"assistant": "membuilder", "model": "smollm2-135m", "constructor": TRAINED_POLICY}
+    untrained = {"assistant": "membuilder", "model": "smollm2-135m", "constructor": "smollm2-135m"}
+    assert run_label(trained) == f"membuilder [writes with {TRAINED_POLICY}]"
+    assert run_label(untrained) == "membuilder [writes with smollm2-135m]"  # not a bare "membuilder" beside it
+    assert run_label({"assistant": "rag", "model": "smollm2-135m", "constructor": None}) == "rag"
