@@ -65,9 +65,9 @@ class DemoSizes:
     # The constructor comparison: sessions of the trained policy's held-out users, in its card's setting.
     held_out_users: int = field(default=4, metadata={"help": "held-out users of the policy card whose sessions the constructors write"})
     held_out_sessions: int = 6  # per user, spread over the periods
-    # cap on the card's output tokens, in the comparison and in MemBuilder's interactive writes (QUICK only:
-    # a smoke run, not a measure)
-    held_out_tokens: int | None = None
+    held_out_tokens: int | None = field(default=None, metadata={
+        "help": "cap on the card's output tokens, in the comparison and in MemBuilder's interactive writes "
+                "(QUICK only: a smoke run, not a measure)"})
     reply_tokens: int = 16
     write_tokens: int = 32
     top_k: int = 5
