@@ -12,7 +12,14 @@ from membuilder.llm import load_chat_model
 from membuilder.llm.embedders import load_embedder
 from membuilder.llm.registry import TRAINED_POLICY, constructor_spec
 from memgym_env.demo import job as demo
-from memgym_env.demo.report import as_records, constructor_table, interactive_table, wrap_whole, write_report
+from memgym_env.demo.report import (
+    as_records,
+    constructor_table,
+    interactive_table,
+    time_line,
+    wrap_whole,
+    write_report,
+)
 from memgym_env.demo.tour import DEFAULT_DATA, run_tour
 
 HELP = "The main job end to end: world, MemoryGym-v0, assistants, report."
@@ -93,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
                 "engine": getattr(model, "engine", type(model).__name__), "embedder": args.embedder, "preset": preset, "seed": args.seed,
                 "sizes": demo.sizes_dict(sizes), "workers": args.workers, "world": str(world), "cpus": os.cpu_count(),
                 "load_average": [round(x, 2) for x in load], "model_calls": progress.calls(),
-                "wall_s": time.perf_counter() - started}
+                "wall_s": time.perf_counter() - started, "stages": progress.stage_seconds()}
         paths = write_report(args.out, meta, rollouts, results, comparison)
 
     # One block per row, wrapped between figures: a table as wide as these cut every figure at 80 columns.
@@ -109,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
                       style="bold", **plain)
         console.print(as_records(constructor_table(comparison, results), width), soft_wrap=True, **plain)
         console.print(wrap_whole(comparison["verdict"], width), style="bold", soft_wrap=True, **plain)
+    console.print(wrap_whole(time_line(meta["stages"]), width), soft_wrap=True, **plain)
     built = ", ".join(f"{n} {r['mean_reward']:.2f}" for n, r in rollouts.items())
     console.print(f"MemoryGym-v0 mean reward per session: {built}")
     for name, path in paths.items():

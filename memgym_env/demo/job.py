@@ -99,6 +99,10 @@ class Progress:
         from rich.live import Live
 
         self.models, self.stage, self.where, self.started = models, "", "", time.perf_counter()
+        # Wall and CPU seconds per part of the demo (the stage label before " · "); CPU counts this process
+        # and the worker processes it has joined, so on a loaded machine it still says where the work went.
+        self.clock: dict[str, dict[str, float]] = {}
+        self._part, self._mark = "", (self.started, _cpu_seconds())
         self.worker_calls: dict[int, int] = {}  # model calls reported by evaluation worker processes
         self.console = Console()
         self.live = Live(self._render(), console=self.console, refresh_per_second=2, transient=False)
@@ -117,9 +121,21 @@ class Progress:
                              (f"model calls {self.calls()}", "magenta"),
                              f"  {time.perf_counter() - self.started:.0f}s")
 
+    def _close_part(self) -> None:
+        wall, cpu = time.perf_counter(), _cpu_seconds()
+        if self._part:
+            spent = self.clock.setdefault(self._part, {"wall_s": 0.0, "cpu_s": 0.0})
+            spent["wall_s"] += wall - self._mark[0]
+            spent["cpu_s"] += cpu - self._mark[1]
+        self._mark = (wall, cpu)
+
     def set(self, stage: str | None = None, where: str = "") -> None:
         if stage is not None:
             self.stage = stage
+            part = stage.split(" · ")[0]
+            if part != self._part:
+                self._close_part()
+                self._part = part
         self.where = where
         self.live.update(self._render())
 
@@ -127,9 +143,19 @@ class Progress:
         self.live.__enter__()
         return self
 
+    def stage_seconds(self) -> dict[str, dict[str, float]]:
+        """Wall and CPU seconds of each part so far, in the order the parts ran."""
+        self._close_part()
+        return {part: {k: round(v, 1) for k, v in spent.items()} for part, spent in self.clock.items()}
+
     def __exit__(self, *exc) -> None:
         self.live.update(self._render())
         self.live.__exit__(*exc)
+
+
+def _cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def make_world(sizes: DemoSizes, out: Path, seed: int) -> Path:

@@ -165,6 +165,14 @@ def markdown(rows: list[list[str]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows[1:]])
 
 
+def time_line(stages: dict[str, dict[str, float]] | None) -> str:
+    """Where the demo's time went: wall seconds per part, CPU seconds beside (both cores busy: CPU ~ 2x wall)."""
+    if not stages:
+        return ""
+    return "Time per part (wall s / CPU s): " + ", ".join(
+        f"{part} {t['wall_s']:.0f} / {t['cpu_s']:.0f}" for part, t in stages.items()) + "."
+
+
 def write_report(out: Path, meta: dict[str, Any], rollouts: dict[str, Any], results: dict[str, Any],
                  comparison: dict[str, Any] | None = None) -> dict[str, Path]:
     """Writes report.json, report.md and plots/ under ``out``; returns their paths by name.
@@ -185,7 +193,7 @@ def write_report(out: Path, meta: dict[str, Any], rollouts: dict[str, Any], resu
         f"(seed {meta['seed']}), preset `{meta['preset']}`, {meta['wall_s']:.0f} s on {meta['cpus']} CPUs "
         f"(load average at start {meta['load_average']})."
         + (f" MemBuilder's memory is written by `{meta['constructor']}`." if meta.get("constructor") not in
-           (None, meta["model"]) else ""), "",
+           (None, meta["model"]) else ""), "", *([time_line(meta.get("stages")), ""] if meta.get("stages") else []),
         "## MemoryGym-v0: how well each policy builds memory", "",
         "Reward per session (evidence scoring: a question counts when its evidence is in the retrieved memory); "
         "the oracle writes the world's ideal operations, the empty policy writes nothing.", "",

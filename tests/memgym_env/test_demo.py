@@ -28,9 +28,14 @@ def test_demo_stages_write_a_report_with_plots(tmp_path, models):
         results = demo.interactive(world, TINY, model, embedder, "smollm2-135m", tmp_path, progress,
                                    assistants=("oracle",), workers=2)  # the two users in two processes
         calls = progress.calls()
+        stages = progress.stage_seconds()
     assert sorted(progress.worker_calls) == [0, 1] and all(progress.worker_calls.values())
+    # Where the time went, part by part; the interactive part's CPU includes its two joined worker processes.
+    assert list(stages) == ["MemoryGym-v0", "interactive"]
+    assert all(t["wall_s"] > 0 for t in stages.values()) and stages["interactive"]["cpu_s"] > 1
     meta = {"model": "smollm2-135m", "embedder": "minilm", "preset": "test", "seed": 7, "sizes": demo.sizes_dict(TINY),
-            "world": str(world), "cpus": 2, "load_average": [0, 0, 0], "model_calls": calls, "wall_s": 1.0}
+            "world": str(world), "cpus": 2, "load_average": [0, 0, 0], "model_calls": calls, "wall_s": 1.0,
+            "stages": stages}
     paths = write_report(tmp_path, meta, rollouts, results)
 
     assert calls > 0  # the MemBuilder policy and the upper bound really called SmolLM2
@@ -41,6 +46,7 @@ def test_demo_stages_write_a_report_with_plots(tmp_path, models):
     assert len(report["interactive"]["oracle"]["per_period"]["memory_score"]) == TINY.periods
     md = paths["report.md"].read_text()
     assert "| oracle |" in md and "construction_reward.png" in md
+    assert f"interactive {stages['interactive']['wall_s']:.0f} / {stages['interactive']['cpu_s']:.0f}" in md
     for key in ("memory score plot", "failures plot", "construction plot"):
         assert paths[key].stat().st_size > 1000
 
