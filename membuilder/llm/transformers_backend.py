@@ -22,7 +22,6 @@ compare runs that batch alike, or pin ``dtype="float32"``. Sampling with a
 
 from __future__ import annotations
 
-import inspect
 import os
 import threading
 import time
@@ -39,15 +38,11 @@ from membuilder.llm.base import (
 )
 from membuilder.llm.context_fit import fit_rendered, model_context_length, prompt_budget
 from membuilder.llm.cpu_flags import cpu_flags
+from membuilder.llm.greedy_decode import cache_arg, greedy_decode
 from membuilder.llm.loading import load_causal_lm
 
 # Below this many shared leading tokens, running a prefix apart costs more than it saves.
 MIN_SHARED_PREFIX = 48
-
-
-def _cache_arg(module) -> str:
-    """The keyword a forward pass takes its KV cache by: ``cache`` in newer transformers."""
-    return "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
 
 
 def _shared_prefix(rows: list[list[int]]) -> int:
@@ -266,6 +261,13 @@ class TransformersChatModel:
                         should_stop: Callable[[], bool] | None = None) -> list[list[Completion]]:
         torch = self._torch
         started = time.perf_counter()
+        if sampling.greedy and sampling.n == 1 and not sampling.stop:
+            # Rows leave the batch as they end: a batch costs the sum of its outputs, not its longest x rows.
+            new = greedy_decode(self.model, prompts, sampling.max_new_tokens, eos_ids=self.eos_ids,
+                                pad_id=self.tokenizer.pad_token_id, min_new_tokens=sampling.min_new_tokens or 0,
+                                should_stop=should_stop)
+            latency = time.perf_counter() - started
+            return [[self._completion(ids, len(p), sampling, latency)] for ids, p in zip(new, prompts, strict=True)]
         width = max(len(p) for p in prompts)
         pad = self.tokenizer.pad_token_id
         input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.device)
@@ -403,7 +405,7 @@ class TransformersChatModel:
             cache = DynamicCache(config=self.model.config)
             # the prefix pass only fills the cache: its logits are not read, so keep one
             self.model(input_ids=torch.tensor([rows[0][:shared]], device=self.device), use_cache=True,
-                       logits_to_keep=1, **{_cache_arg(self.model): cache})
+                       logits_to_keep=1, **{cache_arg(self.model): cache})
             cache.batch_repeat_interleave(n)
             batch = torch.arange(n, device=self.device)
             logits = self._logits(lambda h: h[batch, last], cache=cache, input_ids=ids, attention_mask=mask,
@@ -418,10 +420,10 @@ class TransformersChatModel:
         body, head = self.model.get_decoder(), self.model.get_output_embeddings()
         if body is not None and head is not None:
             if cache is not None:
-                inputs[_cache_arg(body)] = cache
+                inputs[cache_arg(body)] = cache
             return self._head_logits(head, select(body(**inputs).last_hidden_state))
         if cache is not None:
-            inputs[_cache_arg(self.model)] = cache
+            inputs[cache_arg(self.model)] = cache
         return select(self.model(**inputs).logits).float()
 
     def _head_logits(self, head, hidden):

@@ -14,6 +14,7 @@ from typing import Any
 
 from membuilder.agents.constructor import OBS_CORE, OBS_SESSION
 from membuilder.llm.base import Sampling
+from membuilder.llm.greedy_decode import greedy_decode
 from membuilder.memory.grounding import Grounding, grounded_share, written_units
 from membuilder.memory.ops import AGENTS, parse
 from membuilder.reward import CandidateScorer
@@ -31,32 +32,27 @@ def greedy_batches(prompts: Sequence[list[dict[str, str]]], batch_size: int) -> 
 def generate_greedy(model, tokenizer, prompts: Sequence[list[dict[str, str]]], max_new_tokens: int = 256,
                     batch_size: int = 8, progress: Callable[[int], None] | None = None,
                     cut: list[bool] | None = None) -> list[str]:
-    """Greedy completions of chat prompts, batched with left padding (deterministic for a seed-free run).
+    """Greedy completions of chat prompts, batched with left padding (deterministic for a seed-free run);
+    a row leaves its batch once it ends (``greedy_decode``).
 
     ``cut``, when given, receives per prompt whether its output ran to ``max_new_tokens`` without
     ending its turn (the repetition loops a weak policy falls into)."""
-    import torch
-
-    side, tokenizer.padding_side = tokenizer.padding_side, "left"
     model.eval()
-    try:
-        by_index: dict[int, str] = {}
-        ended: dict[int, bool] = {}
-        stops = {t for t in (tokenizer.eos_token_id, tokenizer.pad_token_id) if t is not None}
-        for idx in greedy_batches(prompts, batch_size):
-            texts = [tokenizer.apply_chat_template(prompts[i], add_generation_prompt=True, tokenize=False) for i in idx]
-            enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
-            with torch.no_grad():
-                gen = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
-                                     pad_token_id=tokenizer.pad_token_id)
-            width = enc["input_ids"].shape[1]
-            for i, row in zip(idx, gen, strict=True):
-                by_index[i] = tokenizer.decode(row[width:], skip_special_tokens=True)
-                ended[i] = any(int(t) in stops for t in row[width:])
-            if progress:
-                progress(len(idx))
-    finally:
-        tokenizer.padding_side = side
+    # generate's own end tokens: the generation config's, else the tokenizer's
+    ends = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ends = {int(t) for t in (ends if isinstance(ends, (list, tuple)) else [ends]) if t is not None}
+    ends = ends or {tokenizer.eos_token_id}
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    by_index: dict[int, str] = {}
+    ended: dict[int, bool] = {}
+    for idx in greedy_batches(prompts, batch_size):
+        texts = [tokenizer.apply_chat_template(prompts[i], add_generation_prompt=True, tokenize=False) for i in idx]
+        rows = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+        for i, new in zip(idx, greedy_decode(model, rows, max_new_tokens, eos_ids=ends, pad_id=pad), strict=True):
+            by_index[i] = tokenizer.decode(new, skip_special_tokens=True)
+            ended[i] = bool(new) and new[-1] in ends
+        if progress:
+            progress(len(idx))
     if cut is not None:
         cut[:] = [not ended[i] for i in range(len(prompts))]
     return [by_index[i] for i in range(len(prompts))]

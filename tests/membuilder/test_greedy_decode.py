@@ -1,0 +1,77 @@
+"""Greedy decoding that drops ended rows: the same tokens as transformers' generate, on SmolLM2."""
+
+import pytest
+import torch
+
+from membuilder.llm.greedy_decode import greedy_decode
+
+QUESTIONS = ["Say hi.", "What is 2 + 2? Answer with the number only.",
+             "Write a long story about a lighthouse keeper and the storm of 1887.",
+             "Name a colour.", "List the days of the week, one per line, with a note on each."]
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    from membuilder.llm.transformers_backend import TransformersChatModel
+    from membuilder.llm.checkpoints import smollm2_checkpoint
+
+    # float32: a row's arithmetic then does not depend on the rest of its batch
+    return TransformersChatModel(str(smollm2_checkpoint()), dtype="float32", threads=1)
+
+
+def _rows(chat):
+    return [chat.render([{"role": "user", "content": q}]) for q in QUESTIONS]
+
+
+def _generate(chat, rows, n, **kwargs):
+    """transformers' generate on the same left-padded batch, cut after each row's first end token."""
+    pad = chat.tokenizer.pad_token_id
+    width = max(map(len, rows))
+    ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+    with torch.inference_mode():
+        out = chat.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, do_sample=False,
+                                  pad_token_id=pad, eos_token_id=sorted(chat.eos_ids), **kwargs)
+    cut = []
+    for row in out[:, width:].tolist():
+        kept = []
+        for t in row:
+            kept.append(t)
+            if t in chat.eos_ids:
+                break
+        cut.append(kept)
+    return cut
+
+
+def test_rows_leave_the_batch_as_they_end_and_keep_the_tokens_generate_picks(smollm2):
+    rows = _rows(smollm2)
+    mine = greedy_decode(smollm2.model, rows, 48, eos_ids=smollm2.eos_ids, pad_id=smollm2.tokenizer.pad_token_id)
+    assert mine == _generate(smollm2, rows, 48)
+    lengths = [len(m) for m in mine]
+    assert min(lengths) < 48 and max(lengths) == 48  # short answers ended early, the story ran to the limit
+    assert all(m[-1] in smollm2.eos_ids for m in mine if len(m) < 48)
+
+
+def test_no_end_token_before_min_new_tokens_and_a_stop_flag_ends_every_row(smollm2):
+    rows = _rows(smollm2)[:2]
+    mine = greedy_decode(smollm2.model, rows, 24, eos_ids=smollm2.eos_ids, pad_id=smollm2.tokenizer.pad_token_id,
+                         min_new_tokens=12)
+    assert mine == _generate(smollm2, rows, 24, min_new_tokens=12)
+    assert all(len(m) >= 12 and not set(m[:11]) & smollm2.eos_ids for m in mine)
+    calls = []
+    stopped = greedy_decode(smollm2.model, rows, 24, eos_ids=smollm2.eos_ids, pad_id=smollm2.tokenizer.pad_token_id,
+                            should_stop=lambda: calls.append(1) or len(calls) >= 3)
+    assert [len(s) for s in stopped] == [3, 3] and [s for s in stopped] == [m[:3] for m in mine]
+
+
+def test_the_chat_backend_decodes_greedy_batches_this_way(smollm2):
+    from membuilder.llm.base import Sampling
+
+    convs = [[{"role": "user", "content": q}] for q in QUESTIONS]
+    got = smollm2.generate(convs, Sampling(temperature=0.0, max_new_tokens=48))
+    expected = _generate(smollm2, _rows(smollm2), 48)
+    # the backend batches by prompt length; in float32 that does not change a row's tokens
+    assert [c.token_ids for c in got] == expected
+    assert [c.finish_reason for c in got] == ["stop" if len(e) < 48 else "length" for e in expected]
+    with pytest.raises(ValueError, match="at least one prompt token"):
+        greedy_decode(smollm2.model, [[]], 4, eos_ids=smollm2.eos_ids, pad_id=0)
