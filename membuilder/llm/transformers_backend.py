@@ -6,7 +6,9 @@ a GPU is present. On a CPU with AMX (bfloat16 matrix tiles) the default is bfloa
 SmolLM2 was measured generating about 4x faster there than in float32, and the decisions that
 matter (multiple-choice argmax) agree with float32 (``bench/bf16_agreement.py``). CPUs without
 AMX keep float32, AVX512-BF16 or not: see ``cpu_bf16_is_fast``. ``dtype`` overrides, and so does
-``$MEMGYM_DTYPE`` for every model a process loads.
+``$MEMGYM_DTYPE`` for every model a process loads. ``prefill_dtype`` (or ``$MEMGYM_PREFILL_DTYPE``)
+``auto`` lets a float32 model read its prompts through a bfloat16 twin where the CPU has bfloat16
+dot products, decoding in float32 (``membuilder.llm.greedy_decode``); unset, float32 is exact.
 
 Conversations are rendered with the tokenizer's chat template, left-padded and generated in
 micro-batches, so one call with many conversations costs far less than many
@@ -38,7 +40,7 @@ from membuilder.llm.base import (
 )
 from membuilder.llm.context_fit import fit_rendered, model_context_length, prompt_budget
 from membuilder.llm.cpu_flags import cpu_flags
-from membuilder.llm.greedy_decode import cache_arg, greedy_decode
+from membuilder.llm.greedy_decode import bf16_prefill_is_fast, cache_arg, greedy_decode
 from membuilder.llm.loading import load_causal_lm
 
 # Below this many shared leading tokens, running a prefix apart costs more than it saves.
@@ -112,7 +114,10 @@ class TransformersChatModel:
     template, e.g. ``{"enable_thinking": False}`` so a Qwen3 answerer replies without thinking first;
     templates ignore variables they do not use), ``context_length`` (prompt + completion tokens;
     default the model config's ``max_position_embeddings``: every prompt is fitted to it, see
-    ``membuilder.llm.context_fit``).
+    ``membuilder.llm.context_fit``), ``prefill_dtype`` (``auto``, ``bfloat16`` or None: the dtype
+    greedy generation reads prompts in, default ``$MEMGYM_PREFILL_DTYPE``, else the model's own;
+    ``auto`` is bfloat16 for a float32 model on a CPU with bfloat16 dot products. Only for a model
+    loaded from ``path``: a twin of a model passed in would miss its later updates).
     A ready model and tokenizer can be passed instead of a path (``model=``, ``tokenizer=``), e.g.
     a policy being trained.
     """
@@ -122,9 +127,11 @@ class TransformersChatModel:
     def __init__(self, path: str | None = None, *, name: str | None = None, device: str | None = None,
                  dtype: str | None = None, batch_size: int = 16, threads: int | None = None,
                  model: Any = None, tokenizer: Any = None, chat_template_kwargs: dict[str, Any] | None = None,
-                 context_length: int | None = None):
+                 context_length: int | None = None, prefill_dtype: str | None = None):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         import torch
+
+        loaded = model is None  # a twin for the prompt pass only of weights this object owns
 
         threads = threads or int(os.environ.get("MEMGYM_TORCH_THREADS", "0") or 0)
         if threads > 0:
@@ -169,8 +176,25 @@ class TransformersChatModel:
         self.eos_ids = self._eos_ids()
         self.context_length = context_length or model_context_length(self, default=None)
         self.dtype = str(next(model.parameters()).dtype).replace("torch.", "")
-        self.load_seconds = time.perf_counter() - started
         self._torch = torch
+        self.prefill_model = self._prefill_twin(prefill_dtype or os.environ.get("MEMGYM_PREFILL_DTYPE") or None,
+                                                loaded=loaded)
+        self.load_seconds = time.perf_counter() - started
+
+    def _prefill_twin(self, dtype: str | None, loaded: bool):
+        """A copy of the model in ``dtype`` that reads prompts for greedy generation, or None."""
+        if dtype in (None, "same"):
+            return None
+        if dtype == "auto":
+            if self.dtype != "float32" or not self.device.startswith("cpu") or not bf16_prefill_is_fast():
+                return None
+            dtype = "bfloat16"
+        want = pick_dtype(dtype, self.device)
+        if want == next(self.model.parameters()).dtype or not loaded:
+            return None
+        import copy
+
+        return copy.deepcopy(self.model).to(want).eval()
 
     def __repr__(self) -> str:
         return f"TransformersChatModel(name={self.name!r}, device={self.device!r}, dtype={self.dtype!r})"
@@ -178,7 +202,9 @@ class TransformersChatModel:
     @property
     def engine(self) -> str:
         """What runs this model, for reports: e.g. ``transformers bfloat16 on cpu``."""
-        return f"transformers {self.dtype} on {self.device}"
+        reads = "" if self.prefill_model is None else \
+            f", prompts read in {str(next(self.prefill_model.parameters()).dtype).replace('torch.', '')}"
+        return f"transformers {self.dtype} on {self.device}{reads}"
 
     @property
     def usage(self):
@@ -265,7 +291,7 @@ class TransformersChatModel:
             # Rows leave the batch as they end: a batch costs the sum of its outputs, not its longest x rows.
             new = greedy_decode(self.model, prompts, sampling.max_new_tokens, eos_ids=self.eos_ids,
                                 pad_id=self.tokenizer.pad_token_id, min_new_tokens=sampling.min_new_tokens or 0,
-                                should_stop=should_stop)
+                                should_stop=should_stop, prefill=self.prefill_model)
             latency = time.perf_counter() - started
             return [[self._completion(ids, len(p), sampling, latency)] for ids, p in zip(new, prompts, strict=True)]
         width = max(len(p) for p in prompts)

@@ -31,9 +31,10 @@ def greedy_batches(prompts: Sequence[list[dict[str, str]]], batch_size: int) -> 
 
 def generate_greedy(model, tokenizer, prompts: Sequence[list[dict[str, str]]], max_new_tokens: int = 256,
                     batch_size: int = 8, progress: Callable[[int], None] | None = None,
-                    cut: list[bool] | None = None) -> list[str]:
+                    cut: list[bool] | None = None, prefill=None) -> list[str]:
     """Greedy completions of chat prompts, batched with left padding (deterministic for a seed-free run);
-    a row leaves its batch once it ends (``greedy_decode``).
+    a row leaves its batch once it ends, and ``prefill`` (a twin of ``model`` in another dtype) reads
+    the prompts where given (``greedy_decode``).
 
     ``cut``, when given, receives per prompt whether its output ran to ``max_new_tokens`` without
     ending its turn (the repetition loops a weak policy falls into)."""
@@ -48,7 +49,8 @@ def generate_greedy(model, tokenizer, prompts: Sequence[list[dict[str, str]]], m
     for idx in greedy_batches(prompts, batch_size):
         texts = [tokenizer.apply_chat_template(prompts[i], add_generation_prompt=True, tokenize=False) for i in idx]
         rows = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
-        for i, new in zip(idx, greedy_decode(model, rows, max_new_tokens, eos_ids=ends, pad_id=pad), strict=True):
+        for i, new in zip(idx, greedy_decode(model, rows, max_new_tokens, eos_ids=ends, pad_id=pad,
+                                                        prefill=prefill), strict=True):
             by_index[i] = tokenizer.decode(new, skip_special_tokens=True)
             ended[i] = bool(new) and new[-1] in ends
         if progress:
@@ -79,7 +81,7 @@ def _is_chat_model(model) -> bool:
 
 def evaluate_policy(model, tokenizer, scorers: Mapping[str, CandidateScorer], session_keys: Sequence[str] | None = None,
                     *, max_new_tokens: int = 256, max_prompt_tokens: int | None = None, batch_size: int = 8,
-                    progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+                    progress: Callable[[int], None] | None = None, prefill=None) -> dict[str, Any]:
     """Validity per agent and mean session reward per scorer, on ``session_keys`` (default: all).
 
     ``model`` is a transformers causal LM (generated here, ``batch_size`` prompts at a time) or a
@@ -103,17 +105,18 @@ def evaluate_policy(model, tokenizer, scorers: Mapping[str, CandidateScorer], se
     keys = list(session_keys if session_keys is not None else first.session_keys())
     prompts, slots = policy_prompts(first, keys, tokenizer, max_prompt_tokens)
     cut: list[bool] = []
-    texts = generate_outputs(model, tokenizer, prompts, max_new_tokens, batch_size, progress, cut=cut)
+    texts = generate_outputs(model, tokenizer, prompts, max_new_tokens, batch_size, progress, cut=cut, prefill=prefill)
     return score_outputs(scorers, keys, slots, texts, cut)
 
 
 def generate_outputs(model, tokenizer, prompts: Sequence[list[dict[str, str]]], max_new_tokens: int,
                      batch_size: int = 8, progress: Callable[[int], None] | None = None,
-                     cut: list[bool] | None = None) -> list[str]:
-    """Greedy outputs of a transformers causal LM (``generate_greedy``) or of any ``ChatModel``."""
+                     cut: list[bool] | None = None, prefill=None) -> list[str]:
+    """Greedy outputs of a transformers causal LM (``generate_greedy``, ``prefill`` reading its prompts
+    where given) or of any ``ChatModel``."""
     if _is_chat_model(model):
         return generate_greedy_chat(model, prompts, max_new_tokens, progress, cut=cut)
-    return generate_greedy(model, tokenizer, prompts, max_new_tokens, batch_size, progress, cut=cut)
+    return generate_greedy(model, tokenizer, prompts, max_new_tokens, batch_size, progress, cut=cut, prefill=prefill)
 
 
 def policy_prompts(scorer: CandidateScorer, keys: Sequence[str], tokenizer,

@@ -322,7 +322,8 @@ def evaluate_constructor(spec: str, chat, scorer: SessionScorer, setting: dict[s
     keys = scorer.session_keys()
     model, tokenizer = _generator(chat, spec)
     res = evaluate_policy(model, tokenizer, {"reward": scorer}, keys, max_new_tokens=int(setting["max_completion_tokens"]),
-                          max_prompt_tokens=setting.get("max_prompt_tokens"), batch_size=BATCH, progress=progress)
+                          max_prompt_tokens=setting.get("max_prompt_tokens"), batch_size=BATCH, progress=progress,
+                          prefill=getattr(chat, "prefill_model", None))
     return constructor_result(spec, keys, res)
 
 
@@ -344,10 +345,12 @@ def _generation_worker(threads: int, tasks, events) -> None:
         tid, spec, prompts, max_new_tokens = task
         try:
             if spec not in loaded:
-                loaded[spec] = _generator(load_chat_model(spec, threads=threads), spec)
-            model, tokenizer = loaded[spec]
+                chat = load_chat_model(spec, threads=threads)
+                loaded[spec] = (*_generator(chat, spec), getattr(chat, "prefill_model", None))
+            model, tokenizer, prefill = loaded[spec]
             cut: list[bool] = []
-            texts = generate_outputs(model, tokenizer, prompts, max_new_tokens, batch_size=len(prompts), cut=cut)
+            texts = generate_outputs(model, tokenizer, prompts, max_new_tokens, batch_size=len(prompts), cut=cut,
+                                     prefill=prefill)
             events.put(("done", tid, (texts, cut)))
         except BaseException as exc:  # the parent raises it: a worker's traceback would be lost in the live display
             events.put(("error", tid, f"{type(exc).__name__}: {exc}"))

@@ -75,3 +75,37 @@ def test_the_chat_backend_decodes_greedy_batches_this_way(smollm2):
     assert [c.finish_reason for c in got] == ["stop" if len(e) < 48 else "length" for e in expected]
     with pytest.raises(ValueError, match="at least one prompt token"):
         greedy_decode(smollm2.model, [[]], 4, eos_ids=smollm2.eos_ids, pad_id=0)
+
+
+def test_a_bfloat16_twin_reads_the_prompts_and_float32_decodes(smollm2):
+    from membuilder.llm.checkpoints import smollm2_checkpoint
+    from membuilder.llm.greedy_decode import bf16_prefill_is_fast
+    from membuilder.llm.transformers_backend import TransformersChatModel
+
+    chat = TransformersChatModel(str(smollm2_checkpoint()), dtype="float32", threads=1, prefill_dtype="bfloat16")
+    assert next(chat.model.parameters()).dtype == torch.float32
+    assert next(chat.prefill_model.parameters()).dtype == torch.bfloat16
+    assert chat.engine == "transformers float32 on cpu, prompts read in bfloat16"
+    rows = _rows(chat)
+    got = greedy_decode(chat.model, rows, 24, eos_ids=chat.eos_ids, pad_id=chat.tokenizer.pad_token_id,
+                        prefill=chat.prefill_model)
+    # the first token is the twin's pick from the prompt; the rest decode from its cache in float32
+    pad = chat.tokenizer.pad_token_id
+    width = max(map(len, rows))
+    ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+    with torch.inference_mode():
+        first = chat.prefill_model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+                                   logits_to_keep=1).logits[:, -1].float().argmax(-1).tolist()
+    assert [g[0] for g in got] == first
+    convs = [[{"role": "user", "content": q}] for q in QUESTIONS]
+    from membuilder.llm.base import Sampling
+
+    assert [c.token_ids for c in chat.generate(convs, Sampling(temperature=0.0, max_new_tokens=24))] == got
+    # auto: a twin only for a float32 model on a CPU with bfloat16 dot products; never for a model passed in
+    assert bf16_prefill_is_fast({"avx512_bf16"}) and bf16_prefill_is_fast({"amx_bf16"})
+    assert not bf16_prefill_is_fast({"avx512f", "avx2"})
+    auto = TransformersChatModel(model=smollm2.model, tokenizer=smollm2.tokenizer, prefill_dtype="auto")
+    assert auto.prefill_model is None and smollm2.prefill_model is None
+    with pytest.raises(ValueError, match="unknown dtype"):
+        TransformersChatModel(str(smollm2_checkpoint()), dtype="float32", prefill_dtype="bf12")
