@@ -42,8 +42,10 @@ def bf16_prefill_is_fast(flags: set[str] | None = None) -> bool:
 
 
 def cache_arg(module) -> str:
-    """The keyword a forward pass takes its KV cache by: ``cache`` in newer transformers."""
-    return "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
+    """The keyword a forward pass takes its KV cache by: ``cache`` in newer transformers. A PEFT
+    wrapper forwards keywords it does not name to its base model, so the base model's decides."""
+    base = module.get_base_model() if callable(getattr(module, "get_base_model", None)) else module
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
 def greedy_decode(model: Any, prompts: Sequence[Sequence[int]], max_new_tokens: int, *, eos_ids: Collection[int],

@@ -12,8 +12,8 @@ QUESTIONS = ["Say hi.", "What is 2 + 2? Answer with the number only.",
 
 @pytest.fixture(scope="module")
 def smollm2():
-    from membuilder.llm.transformers_backend import TransformersChatModel
     from membuilder.llm.checkpoints import smollm2_checkpoint
+    from membuilder.llm.transformers_backend import TransformersChatModel
 
     # float32: a row's arithmetic then does not depend on the rest of its batch
     return TransformersChatModel(str(smollm2_checkpoint()), dtype="float32", threads=1)
@@ -109,3 +109,35 @@ def test_a_bfloat16_twin_reads_the_prompts_and_float32_decodes(smollm2):
     assert auto.prefill_model is None and smollm2.prefill_model is None
     with pytest.raises(ValueError, match="unknown dtype"):
         TransformersChatModel(str(smollm2_checkpoint()), dtype="float32", prefill_dtype="bf12")
+
+
+@pytest.mark.parametrize("arch", ["llama-lora", "qwen3"])
+def test_a_lora_wrapped_or_qwen3_policy_decodes_like_generate(arch):
+    """Policies under training come wrapped by PEFT, and Qwen3 is the architecture trained at scale."""
+    from membuilder.training.tiny import byte_tokenizer, tiny_llama, tiny_qwen3
+
+    tok = byte_tokenizer()
+    if arch == "qwen3":
+        model = tiny_qwen3(tok, hidden=64, layers=2)
+    else:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(tiny_llama(tok), LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    model.eval()
+    rows = [tok.encode(t, add_special_tokens=False) for t in ("memory", "a longer prompt here", "x")]
+    # random models repeat one token: the last row's first pick, as the end token, ends that row at once
+    probe = greedy_decode(model, rows, 12, eos_ids=set(), pad_id=tok.pad_token_id)
+    end = probe[-1][0]
+    assert all(end not in p for p in probe[:-1])
+    got = greedy_decode(model, rows, 12, eos_ids={end}, pad_id=tok.pad_token_id)
+    pad = tok.pad_token_id
+    width = max(map(len, rows))
+    ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+    with torch.inference_mode():
+        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=12, do_sample=False,
+                             pad_token_id=pad, eos_token_id=end)
+    expected = []
+    for row in out[:, width:].tolist():
+        expected.append(row[:row.index(end) + 1] if end in row else row)
+    assert got == expected and [len(g) for g in got] == [12, 12, 1]
