@@ -30,13 +30,13 @@ import inspect
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
+from membuilder.llm.cpu_flags import cpu_flags
+
 
 def bf16_prefill_is_fast(flags: set[str] | None = None) -> bool:
     """Whether a float32 model on this CPU reads prompts faster through a bfloat16 twin: where the
     CPU has bfloat16 dot products (AVX512-BF16 or AMX). On AMX CPUs models run in bfloat16 by
     default anyway; this matters where float32 was kept or pinned."""
-    from membuilder.llm.cpu_flags import cpu_flags
-
     flags = cpu_flags() if flags is None else flags
     return bool({"avx512_bf16", "amx_bf16"} & set(flags))
 

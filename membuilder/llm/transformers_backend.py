@@ -24,6 +24,7 @@ compare runs that batch alike, or pin ``dtype="float32"``. Sampling with a
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 import time
@@ -192,8 +193,6 @@ class TransformersChatModel:
         want = pick_dtype(dtype, self.device)
         if want == next(self.model.parameters()).dtype or not loaded:
             return None
-        import copy
-
         return copy.deepcopy(self.model).to(want).eval()
 
     def __repr__(self) -> str:
