@@ -71,6 +71,7 @@ bench: setup
 	$(PY) bench/env_step.py
 	$(PY) bench/world_generation.py
 	$(PY) bench/generation.py --threads 1
+	$(PY) bench/demo_writes.py
 	$(PY) bench/bf16_agreement.py
 	$(PY) bench/longmemeval_read.py
 	$(PY) bench/remote_scoring.py
