@@ -178,12 +178,13 @@ class TransformersChatModel:
         self.context_length = context_length or model_context_length(self, default=None)
         self.dtype = str(next(model.parameters()).dtype).replace("torch.", "")
         self._torch = torch
-        self.prefill_model = self._prefill_twin(prefill_dtype or os.environ.get("MEMGYM_PREFILL_DTYPE") or None,
-                                                loaded=loaded)
+        self.prefill_dtype = self._prefill_dtype(prefill_dtype or os.environ.get("MEMGYM_PREFILL_DTYPE") or None,
+                                                 loaded=loaded)
+        self._prefill_model = None  # built on first use: a process that only scores never pays for it
         self.load_seconds = time.perf_counter() - started
 
-    def _prefill_twin(self, dtype: str | None, loaded: bool):
-        """A copy of the model in ``dtype`` that reads prompts for greedy generation, or None."""
+    def _prefill_dtype(self, dtype: str | None, loaded: bool):
+        """The torch dtype greedy generation reads prompts in, where it differs from the model's; else None."""
         if dtype in (None, "same"):
             return None
         if dtype == "auto":
@@ -193,7 +194,14 @@ class TransformersChatModel:
         want = pick_dtype(dtype, self.device)
         if want == next(self.model.parameters()).dtype or not loaded:
             return None
-        return copy.deepcopy(self.model).to(want).eval()
+        return want
+
+    @property
+    def prefill_model(self):
+        """The copy of the model in ``prefill_dtype`` that reads prompts for greedy generation, or None."""
+        if self.prefill_dtype is not None and self._prefill_model is None:
+            self._prefill_model = copy.deepcopy(self.model).to(self.prefill_dtype).eval()
+        return self._prefill_model
 
     def __repr__(self) -> str:
         return f"TransformersChatModel(name={self.name!r}, device={self.device!r}, dtype={self.dtype!r})"
@@ -201,8 +209,7 @@ class TransformersChatModel:
     @property
     def engine(self) -> str:
         """What runs this model, for reports: e.g. ``transformers bfloat16 on cpu``."""
-        reads = "" if self.prefill_model is None else \
-            f", prompts read in {str(next(self.prefill_model.parameters()).dtype).replace('torch.', '')}"
+        reads = "" if self.prefill_dtype is None else f", prompts read in {str(self.prefill_dtype).replace('torch.', '')}"
         return f"transformers {self.dtype} on {self.device}{reads}"
 
     @property
