@@ -141,3 +141,33 @@ def test_a_lora_wrapped_or_qwen3_policy_decodes_like_generate(arch):
     for row in out[:, width:].tolist():
         expected.append(row[:row.index(end) + 1] if end in row else row)
     assert got == expected and [len(g) for g in got] == [12, 12, 1]
+
+
+def test_the_cache_is_laid_out_once_and_holds_what_a_growing_cache_holds():
+    """Decoding writes each step's keys and values in place: the layout is made at the prompt and never
+    copied again (until rows leave), and the filled part equals transformers' growing cache."""
+    from transformers import DynamicCache
+
+    from membuilder.llm.greedy_decode import roomy_cache
+    from membuilder.training.tiny import byte_tokenizer, tiny_llama
+
+    tok = byte_tokenizer()
+    model = tiny_llama(tok).eval()
+    ids = torch.tensor([tok.encode("a prompt of a few bytes", add_special_tokens=False)] * 2)
+    roomy, growing = roomy_cache(model.config, 3), DynamicCache(config=model.config)
+    with torch.inference_mode():
+        for cache in (roomy, growing):
+            model(input_ids=ids, use_cache=True, past_key_values=cache)
+        layout = [layer._keys.data_ptr() for layer in roomy.layers]
+        for step in range(3):
+            nxt = torch.full((2, 1), 65 + step)
+            for cache in (roomy, growing):
+                model(input_ids=nxt, use_cache=True, past_key_values=cache)
+        assert [layer._keys.data_ptr() for layer in roomy.layers] == layout
+        assert roomy.get_seq_length() == growing.get_seq_length() == ids.shape[1] + 3
+        for mine, theirs in zip(roomy.layers, growing.layers, strict=True):
+            assert torch.equal(mine.keys, theirs.keys) and torch.equal(mine.values, theirs.values)
+        with pytest.raises(ValueError, match="laid out for"):
+            model(input_ids=torch.full((2, 1), 70), use_cache=True, past_key_values=roomy)
+        roomy.batch_select_indices(torch.tensor([1]))
+        assert roomy.layers[0].keys.shape[0] == 1 and roomy.get_seq_length() == ids.shape[1] + 3
