@@ -47,7 +47,7 @@ from membuilder.reward import CandidateScorer
 from membuilder.training.importance_ratio import RatioStats, importance_ratio
 from membuilder.training.merged_weights import install_exact_lora_sync
 from membuilder.training.shared_prefix import checkpointing, shared_prefix_logps, through_wrapper
-from membuilder.training.trl_reward import TIE_TOLERANCE, SessionReward
+from membuilder.training.trl_reward import CREDITS, TIE_TOLERANCE, SessionReward
 from membuilder.training.vllm_cpu_sync import engine_dtype_for_cpu, install_cpu_weight_sync
 
 # ---- the ADRPO idea, in a few lines -----------------------------------------------------------
@@ -121,6 +121,11 @@ class ADRPOConfig(GRPOConfig):
                 "again, up to this many times, and keep the draw with the fewest tied groups (the earliest on a tie). "
                 "Logged: reward/redraws, reward/tied_groups_first_draw (reward/tied_groups is the kept draw's). All "
                 "processes redraw together when any has a tie. 0: every draw is kept, as published."})
+    credit: str = field(default="joint", metadata={
+        "help": "How a session's completions are scored: joint (MemBuilder's joint rollout: rollout k is every agent's "
+                "k-th completion, so an agent's reward also carries the other three's samples) or per_agent (each "
+                "agent's G completions written beside the expert's outputs for the other three, so its rewards differ "
+                "by its own output alone; 4 scorings a session instead of 1)."})
     rollout_log: str | None = field(default=None, metadata={
         "help": "Append every scored completion (step, session_key, agent, k, completion, reward, weight, advantage) "
                 "as JSON lines to <rollout_log>.<process_index>.jsonl, one file per process. A run resumed from a "
@@ -130,6 +135,8 @@ class ADRPOConfig(GRPOConfig):
     def __post_init__(self) -> None:
         if isinstance(self.redraw_tied, bool) or not isinstance(self.redraw_tied, int) or self.redraw_tied < 0:
             raise ValueError(f"redraw_tied must be a whole number >= 0; got {self.redraw_tied!r}")
+        if self.credit not in CREDITS:
+            raise ValueError(f"credit {self.credit!r}; expected one of {CREDITS}")
         if self.sessions_per_step is not None:
             self.gradient_accumulation_steps = accumulation_for(
                 self.sessions_per_step, self.num_generations, self.per_device_train_batch_size,
@@ -247,7 +254,8 @@ class ADRPOTrainer(GRPOTrainer):
     def __init__(self, model, args: ADRPOConfig, scorer: CandidateScorer, train_dataset, reward_funcs=None,
                  **kwargs):
         # the sampler keeps sessions whole, and the trainer logs the reward's metrics beside its own
-        self.session_reward = SessionReward(scorer, seed=args.seed, whole_sessions=True, log_metrics=False)
+        self.session_reward = SessionReward(scorer, seed=args.seed, whole_sessions=True, log_metrics=False,
+                                            credit=args.credit)
         funcs = [self.session_reward] + list(reward_funcs or [])
         if args.scale_rewards != "group":
             raise ValueError("ADRPO normalises advantages within each agent prompt's group: keep scale_rewards='group'")

@@ -10,6 +10,13 @@ The dataset holds one row per (session, agent) (``prompts.rl_rows``: columns ``p
   completions are scored on their own, the other three agents writing what the expert wrote
   (``scorer.expert_action``). ``whole_sessions=True`` refuses such a batch instead, as ADRPO must.
 
+``credit="per_agent"`` scores every agent that second way even when its session is whole: an
+agent's G rewards then differ only by its own outputs. In a joint rollout they also carry the
+other three agents' k-th samples: on the tracks-change ladder's GRPO rollouts, a Procedural
+UPDATE that found the entry it replaced earned less than an ADD (0.28 against 0.41, early steps,
+sessions where a needed value changed), while written beside the expert's other agents the same
+UPDATE-for-ADD swap moves the reward by 0.83 (``train/ladder/README.md``, "Credit per agent").
+
 A ``CandidateScorer`` scores each session's G candidates together, from one shared snapshot, and
 each completion gets its own agent's reward r_a exactly as the scorer returns it
 (``membuilder.reward`` is the one definition). The attribution weights w are kept in
@@ -47,6 +54,7 @@ from typing import Any
 from membuilder.memory.ops import AGENTS, SEARCHABLE_AGENTS
 from membuilder.reward import ATTRIBUTION_RULES, CandidateReward, CandidateScorer, task_rewarded_coin
 
+CREDITS = ("joint", "per_agent")  # how a whole session's completions are scored (the module's note)
 TIE_TOLERANCE = 1e-9  # rewards closer than this count as a tie (GRPO's advantages would be 0 for the group)
 ScoreRequest = tuple[str, list[dict[str, str]], bool]  # (session key, G candidates, task_rewarded)
 
@@ -105,18 +113,26 @@ class SessionReward:
             ``SessionRepeatSampler`` delivers them; False scores a cut session agent by agent.
         log_metrics: send the metrics through TRL's ``log_metric``; ``ADRPOTrainer`` logs them
             itself, beside its own, and turns this off.
+        credit: ``joint`` (MemBuilder: rollout k is every agent's k-th completion) or ``per_agent``
+            (each agent's completions written beside the expert's other three; needs the scorer's
+            ``expert_action``).
     """
 
     __name__ = "session_reward"
 
     def __init__(self, scorer: CandidateScorer, reward_density: int | None = None, seed: int = 0,
-                 whole_sessions: bool = False, log_metrics: bool = True):
+                 whole_sessions: bool = False, log_metrics: bool = True, credit: str = "joint"):
         reward_density = scorer.reward_density if reward_density is None else reward_density
         if not isinstance(reward_density, int) or reward_density < 1:
             raise ValueError(f"reward_density d must be an integer >= 1 (task reward with probability 1/d); "
                              f"got {reward_density!r}")
         self.scorer, self.reward_density, self.seed = scorer, reward_density, seed
-        self.whole_sessions, self.log_metrics = whole_sessions, log_metrics
+        if credit not in CREDITS:
+            raise ValueError(f"credit {credit!r}; expected one of {CREDITS}")
+        if credit == "per_agent" and not callable(getattr(scorer, "expert_action", None)):
+            raise TypeError(f"credit 'per_agent' writes the expert's outputs beside each agent's, and "
+                            f"{type(scorer).__name__} has no expert_action(session_key)")
+        self.whole_sessions, self.log_metrics, self.credit = whole_sessions, log_metrics, credit
         self.last_weights: list[float] = []
         self.last_rewards: list[float] = []
         self.last_rewarded: list[bool] = []
@@ -202,7 +218,7 @@ class SessionReward:
     def _groups(self, key: str, by_agent: dict[str, list[int]]) -> list[dict[str, list[int]]]:
         """The rows scored together: the whole session (a joint rollout), or each agent alone."""
         if set(by_agent) == set(AGENTS) and len({len(v) for v in by_agent.values()}) == 1:
-            return [dict(by_agent)]
+            return [dict(by_agent)] if self.credit == "joint" else [{a: rows} for a, rows in by_agent.items()]
         if self.whole_sessions:
             raise ValueError(f"session {key!r}: the batch holds {({a: len(v) for a, v in by_agent.items()})} "
                              f"completions per agent; ADRPO needs all of {AGENTS} with G each in one batch "

@@ -525,3 +525,34 @@ def test_the_kl_reference_of_a_continued_adapter_is_that_adapter_not_the_base_mo
     real = out["completion_mask"].bool()
     assert torch.allclose(out["ref_per_token_logps"][real], policy[real], atol=1e-4)
     assert (base[real] - policy[real]).abs().max() > 1e-2
+
+
+class ExpertLengthScorer(LengthScorer):
+    """LengthScorer with an expert (a fixed text per agent) and a record of every candidate it scored."""
+
+    EXPERT = "expert output"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.seen: list[dict[str, str]] = []
+
+    def expert_action(self, session_key):
+        return dict.fromkeys(AGENTS, self.EXPERT)
+
+    def score(self, session_key, candidates, *, task_rewarded=True):
+        self.seen += [dict(c) for c in candidates]
+        return super().score(session_key, candidates, task_rewarded=task_rewarded)
+
+
+def test_per_agent_credit_trains_with_each_agent_scored_beside_the_experts_outputs(tokenizer, tmp_path):
+    scorer = ExpertLengthScorer.from_texts(SESSIONS)
+    trainer = _trainer(tokenizer, tmp_path, scorer=scorer, credit="per_agent", max_steps=1)
+    trainer.train()
+    assert trainer.session_reward.credit == "per_agent" and scorer.seen
+    # every candidate holds one sampled agent output and the expert's three others
+    assert all(sum(c[a] != ExpertLengthScorer.EXPERT for a in AGENTS) <= 1 for c in scorer.seen)
+    assert any(c[a] != ExpertLengthScorer.EXPERT for c in scorer.seen for a in AGENTS)
+    with pytest.raises(ValueError, match="credit"):
+        _args(tmp_path, credit="shapley")
+    with pytest.raises(TypeError, match="expert_action"):
+        _trainer(tokenizer, tmp_path, credit="per_agent")

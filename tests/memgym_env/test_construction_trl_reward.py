@@ -60,6 +60,24 @@ def test_a_joint_group_is_scored_as_g_candidates_from_one_snapshot(scorer):
     assert got[AGENTS.index("semantic") * 2 + 1] == 0.0 and got[0] > 0.0  # the broken semantic output alone is 0
 
 
+def test_per_agent_credit_scores_each_agent_of_a_whole_session_beside_the_experts_outputs(scorer):
+    """An agent's G rewards then differ by its own outputs alone: the Core completions are the same, so
+    Core's group ties although another agent's second rollout is broken."""
+    key = scorer.session_keys()[1]
+    expert = scorer.expert_action(key)
+    outputs = [dict(expert), {**expert, "semantic": BROKEN}]
+    keys = [key] * 8
+    agents = [a for a in AGENTS for _ in range(2)]
+    completions = [chat(outputs[k][a]) for a in AGENTS for k in range(2)]
+    got = SessionReward(scorer, credit="per_agent")(prompts=[None] * 8, completions=completions, session_key=keys,
+                                                    agent=agents)
+    alone = {a: scorer.score(key, [{**expert, a: outputs[k][a]} for k in range(2)]) for a in AGENTS}
+    assert got == [alone[a][k].agent_rewards[a] for a in AGENTS for k in range(2)]
+    assert got[0] == got[1] > 0.0 and got[AGENTS.index("semantic") * 2 + 1] == 0.0
+    with pytest.raises(ValueError, match="credit"):
+        SessionReward(scorer, credit="shapley")
+
+
 def test_a_single_agent_row_is_scored_with_the_experts_other_outputs(scorer):
     key = scorer.session_keys()[1]
     expert = scorer.expert_action(key)

@@ -65,3 +65,14 @@ def test_ladders_that_do_not_share_their_sft_stage_are_refused(tmp_path):
         ladder_compare.main([str(_write(tmp_path / "early.json", [_row("base", 0, 0.0)]))])
     with pytest.raises(SystemExit, match="no such ladder.json"):
         ladder_compare.main([str(tmp_path / "missing.json")])
+
+
+def test_a_per_agent_credit_ablation_is_its_own_row_beside_the_joint_one(tmp_path):
+    """Same stage, alpha and seed, another credit: a row of its own, named by its credit, paired with the joint run."""
+    sft = _row("sft", 0, 0.0)
+    main = _write(tmp_path / "ladder.json", [sft, {**_row("grpo", 0, 0.1, 1.0), "credit": "joint"}])
+    credit = _write(tmp_path / "credit" / "ladder.json", [sft, {**_row("grpo", 0, 0.25, 1.0), "credit": "per_agent"}])
+    result = ladder_compare.main([str(main), str(credit)])
+    assert [r["name"] for r in result["rows"]] == ["GRPO (alpha 1) seed 0", "GRPO (alpha 1), per-agent credit seed 0"]
+    (pair,) = result["pairs"]
+    assert pair["a"] == "GRPO (alpha 1), per-agent credit seed 0" and pair["a_minus_b"]["mean"] == pytest.approx(0.15)

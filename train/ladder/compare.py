@@ -22,7 +22,7 @@ from train.ladder.report import _ci, _name, paired_difference
 
 
 def load(paths: list[Path]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The shared SFT row and every RL row of ``paths``, each RL row once (by stage, alpha and seed)."""
+    """The shared SFT row and every RL row of ``paths``, each RL row once (by stage, alpha, credit and seed)."""
     sft, rl, seen = None, [], {}
     for path in paths:
         rows = json.loads(path.read_text(encoding="utf-8"))
@@ -40,7 +40,7 @@ def load(paths: list[Path]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
             if r.get("alpha") is None:
                 raise SystemExit(f"{path}: row {r['stage']} seed {r['seed']} has no alpha (made before rows kept it; "
                                  "rewrite it with python -m train.ladder --report_only true)")
-            key = (r["stage"], r["alpha"], r["seed"])
+            key = (r["stage"], r["alpha"], r.get("credit") or "joint", r["seed"])
             if key in seen:
                 raise SystemExit(f"{path}: {_name(r)} seed {r['seed']} is also in {seen[key]}")
             seen[key] = path

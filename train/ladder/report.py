@@ -80,9 +80,11 @@ def verdicts(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def _name(r: dict[str, Any]) -> str:
-    """An RL stage by name and alpha, as the ladder ran it (rows made before rows kept their alpha give none)."""
+    """An RL stage by name and alpha, as the ladder ran it (rows made before rows kept their alpha give none), and
+    its credit where it is not MemBuilder's joint rollout."""
     alpha = r.get("alpha")
-    return f"{r['stage'].upper()} (alpha {alpha:g})" if alpha is not None else r["stage"].upper()
+    name = f"{r['stage'].upper()} (alpha {alpha:g})" if alpha is not None else r["stage"].upper()
+    return name + (f", {r['credit'].replace('_', '-')} credit" if r.get("credit") not in (None, "joint") else "")
 
 
 def _order(a_ci, b_ci) -> str:

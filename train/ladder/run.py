@@ -201,14 +201,15 @@ def _curve_rows(train: dict[int, float], held: dict[int, float], points: list[di
 def row(stage: str, seed: int, res: dict[str, Any], users: list[str], seconds: float | None,
         curve: list[dict[str, Any]] | None = None, signal: dict[str, Any] | None = None,
         actions: dict[str, Any] | None = None, alpha: float | None = None, attribution: str | None = None,
-        changed: dict[str, bool] | None = None, time_split: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One stage's row of results/ladder.json; RL rows add their alpha and attribution rule, curve,
+        changed: dict[str, bool] | None = None, time_split: dict[str, Any] | None = None,
+        credit: str | None = None) -> dict[str, Any]:
+    """One stage's row of results/ladder.json; RL rows add their alpha, attribution rule and credit, curve,
     ``train.ladder.rl_signal``'s summary, ``train.ladder.policy_actions``' reading of their rollouts and where their
     training time went. ``changed`` names the held-out sessions where a needed value changed: the row reads the
     stage's actions there apart (does it edit memory where it must?)."""
     changed = changed or {}
     outputs = res.get("outputs") or {}
-    return {"stage": stage, "seed": seed, "alpha": alpha, "attribution": attribution,
+    return {"stage": stage, "seed": seed, "alpha": alpha, "attribution": attribution, "credit": credit,
             "reward_mode": res.get("reward_mode", "evidence"),
             "valid_rate": res["valid_rate"], "cut_rate": res.get("cut_rate"),
             "reward_evidence": res["reward"]["evidence"], "reward_evidence_ci": res["reward_ci"]["evidence"],
@@ -295,7 +296,8 @@ def _how(a: LadderArgs, stage: str, seed: int) -> str:
     if stage == "sft":
         return "SFT on world-oracle trajectories"
     rule = "plain GRPO" if a.alpha(stage) == 1.0 else f"ADRPO (alpha {a.alpha(stage)}, {a.attribution(stage)} attribution)"
-    return f"SFT on world-oracle trajectories, then {rule}, seed {seed}"
+    credit = "" if a.credit(stage) == "joint" else f", {a.credit(stage).replace('_', '-')} credit"
+    return f"SFT on world-oracle trajectories, then {rule}{credit}, seed {seed}"
 
 
 def policy_setting(a: LadderArgs) -> dict[str, Any]:
@@ -381,7 +383,7 @@ def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
             curve_rows = make_curve(folder, sft_res, res, points, evaluate.keys[:a.curve_sessions], steps[stage])
             rows.append(row(stage, seed, res, evaluate.users, timings[f"{stage}/{seed}"], curve_rows,
                             rl_signal(folder), rollout_actions(folder), a.alpha(stage), a.attribution(stage),
-                            changed, time_split(folder)))
+                            changed, time_split(folder), a.credit(stage)))
             if not a.report_only:  # a report ships nothing new
                 ship_best(a, work, rows, argv)
             publish()

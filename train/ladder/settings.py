@@ -266,6 +266,10 @@ class LadderArgs:
         """The attribution rule that names an RL stage's dominant memory (what alpha weights)."""
         return self.construction_config(**self.stage_config(stage)["env_overrides"]).attribution
 
+    def credit(self, stage: str) -> str:
+        """How an RL stage scores a session's completions: joint (MemBuilder's joint rollout) or per_agent."""
+        return self.stage_config(stage).get("credit", "joint")
+
     def alpha(self, stage: str) -> float:
         """ADRPO's alpha in an RL stage (1: plain GRPO), from the stage's world settings."""
         return self.construction_config(**self.stage_config(stage)["env_overrides"]).alpha
