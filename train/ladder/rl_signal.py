@@ -67,7 +67,7 @@ def read_rollouts(folder: Path) -> list[dict[str, Any]]:
                 if record.get("mode", "train") == "train":
                     records.append({"step": int(record["step"]), "session": record["session_key"],
                                     "agent": record["agent"], "reward": float(record["reward"]),
-                                    "completion": record.get("completion"),
+                                    "completion": record.get("completion"), "k": record.get("k"),
                                     "advantage": float(record.get("advantage") or 0.0)})
             except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
                 raise ValueError(f"{path}: line {number} is not a rollout record with step, session_key, agent "
