@@ -107,8 +107,6 @@ def roomy_cache(config, room: int):
 
     dynamic, roomy = _roomy_layer_class()
     cache = DynamicCache(config=config)
-    if not cache.layers and getattr(cache, "layer_class_to_replicate", None) is dynamic:
-        cache.layer_class_to_replicate = lambda: roomy(room)
     cache.layers = [roomy(room) if type(layer) is dynamic else layer for layer in cache.layers]
     return cache
 

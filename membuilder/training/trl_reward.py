@@ -12,10 +12,10 @@ The dataset holds one row per (session, agent) (``prompts.rl_rows``: columns ``p
 
 ``credit="per_agent"`` scores every agent that second way even when its session is whole: an
 agent's G rewards then differ only by its own outputs. In a joint rollout they also carry the
-other three agents' k-th samples: on the tracks-change ladder's GRPO rollouts, a Procedural
-UPDATE that found the entry it replaced earned less than an ADD (0.28 against 0.41, early steps,
-sessions where a needed value changed), while written beside the expert's other agents the same
-UPDATE-for-ADD swap moves the reward by 0.83 (``train/ladder/README.md``, "Credit per agent").
+other three agents' k-th samples: re-scored by ``python -m train.ladder.credit_check``, the
+tracks-change ladder's GRPO rollouts give a Procedural UPDATE that found its entry +0.144
+[-0.028, 0.331] over an ADD within a group jointly and +0.297 [0.106, 0.488] per agent
+(``train/ladder/README.md``, "Credit per agent").
 
 A ``CandidateScorer`` scores each session's G candidates together, from one shared snapshot, and
 each completion gets its own agent's reward r_a exactly as the scorer returns it

@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 from tqdm import tqdm
 
-from membuilder.memory.ops import AGENTS, CoreReplace, Merge, Update, parse
+from membuilder.memory.ops import AGENTS
 from membuilder.plumbing.json_files import atomic_write_text, write_json
 from membuilder.plumbing.stats import bootstrap_ci
 from membuilder.training.trl_reward import CREDITS
@@ -32,6 +32,7 @@ from memgym_env.construction.audit import needs_changed_value
 from memgym_env.construction.config import ConstructionConfig
 from memgym_env.construction.scoring import SessionScorer
 from memgym_env.world.user_ranges import parse_users
+from train.ladder.policy_actions import kind
 from train.ladder.rl_signal import read_rollouts
 
 TOLERANCE = 1e-6  # logged rewards are floats written as JSON: equal within this
@@ -51,12 +52,9 @@ def run_scorer(folder: Path) -> tuple[SessionScorer, str]:
 
 
 def _kind(agent: str, text: str, quoted: tuple[int, int]) -> str:
-    parsed = parse(agent, text)
-    if not parsed.valid:
-        return "invalid"
-    if any(isinstance(op, (Update, Merge, CoreReplace)) for op in parsed.ops):
-        return "edit_found" if quoted[0] > quoted[1] else "edit_missing"
-    return "new" if parsed.ops else "nothing"
+    """``policy_actions.kind``, with an edit told apart by whether it found the memory it quotes."""
+    k = kind(agent, text)
+    return k if k != "edit" else "edit_found" if quoted[0] > quoted[1] else "edit_missing"
 
 
 def _sessions(records: list[dict[str, Any]]) -> dict[tuple[int, str], dict[str, list[dict[str, Any]]]]:
