@@ -7,7 +7,9 @@ Each of the four memory agents answers with JSON (MemBuilder, protocols §1):
   an empty list means "nothing to do" and is valid.
 
 ``parse(agent, text)`` strips ``<think>`` blocks and code fences, takes the first balanced JSON
-object, and checks the action names and required keys of that agent. Any fault makes the whole
+object, and checks the action names and the keys of that agent (each operation carries exactly
+its action's fields: MemBuilder lists the required ones; a key beyond them marks a garbled
+operation, not a harmless extra). Any fault makes the whole
 output invalid (the validity gate of the reward treats an invalid agent as one that did nothing);
 the reasons are returned as readable strings so they can be logged as a penalty.
 """
@@ -22,6 +24,11 @@ from typing import Any, ClassVar
 
 AGENTS: tuple[str, ...] = ("core", "episodic", "semantic", "procedural")
 SEARCHABLE_AGENTS: tuple[str, ...] = ("episodic", "semantic", "procedural")
+
+# The rule set ``parse`` applies, recorded beside every cached evaluation so one made under an older
+# rule is scored again: 1, MemBuilder's (the required fields present, other keys ignored); 2, an
+# operation carries exactly its action's fields.
+OPS_SCHEMA = 2
 
 # Longest text one operation may carry into the bank; longer text is cut with a warning so a
 # runaway generation cannot blow up the index or the embedder.
@@ -86,6 +93,11 @@ _SPECS: dict[str, tuple[type, dict[str, str]]] = {
     "UPDATE": (Update, {"old_memory": "str", "new_memory": "str"}),
     "MERGE": (Merge, {"old_memories": "str_list", "new_memory": "str"}),
     "SKIP": (Skip, {"reason": "str"}),
+}
+
+# field name -> the actions that take it, for naming a misplaced field in an error
+_FIELD_OWNER: dict[str, str] = {
+    f: "/".join(sorted(a for a, (_, fs) in _SPECS.items() if f in fs)) for _, fs in _SPECS.values() for f in fs
 }
 
 ALLOWED_ACTIONS: dict[str, frozenset[str]] = {
@@ -208,6 +220,13 @@ def _build_op(agent: str, raw: Any, key: str, where: str, warnings: list[str]) -
         if err:
             return None, err
         kwargs[fname] = value
+    # An operation carrying fields its action does not take is a garbled one: an ADD with an
+    # "old_memory" (or a "memory_changed") was meant to replace an entry, and reading it as an ADD
+    # would store the replaced value as current. Say which keys and whose fields they are.
+    extra = sorted(map(str, set(raw) - {key} - set(fields)))
+    if extra:
+        owners = [f"'{k[:40]}'" + (f" (a field of {_FIELD_OWNER[k]})" if k in _FIELD_OWNER else "") for k in extra[:4]]
+        return None, f"{where}: {action} takes only {', '.join(map(repr, fields))}; it also carries {', '.join(owners)}"
     return cls(**kwargs), None
 
 

@@ -16,7 +16,7 @@ from membuilder.agents.constructor import OBS_CORE, OBS_SESSION
 from membuilder.llm.base import Sampling
 from membuilder.llm.greedy_decode import greedy_decode
 from membuilder.memory.grounding import Grounding, grounded_share, written_units
-from membuilder.memory.ops import AGENTS, parse
+from membuilder.memory.ops import AGENTS, OPS_SCHEMA, parse
 from membuilder.reward import CandidateScorer
 from membuilder.training.prompts import fit_prompt, token_counter
 
@@ -160,7 +160,8 @@ def score_outputs(scorers: Mapping[str, CandidateScorer], keys: Sequence[str], s
     return {"valid_rate": valid, "cut_rate": cut_rate, "reward": reward, "task_reward": task,
             "quoted": quoted_summary(first_scored),
             "session_rewards": per_session, "session_keys": keys, "sessions": len(keys), "outputs": dict(outputs),
-            "grounding": grounding_of(outputs, {k: first.observation(k) for k in keys}), **learnable}
+            "grounding": grounding_of(outputs, {k: first.observation(k) for k in keys}), "ops_schema": OPS_SCHEMA,
+            **learnable}
 
 
 def quoted_summary(scored: Sequence[Any] | None) -> dict[str, dict[str, int]] | None:

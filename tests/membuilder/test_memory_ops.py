@@ -84,6 +84,14 @@ def test_first_balanced_object_wins_over_later_ones_and_prose():
         ("semantic", '{"operations": [{"action": "ADD", "memory": "   "}]}', "is empty"),
         ("procedural", '{"operations": [{"action": "UPDATE", "new_memory": "b"}]}', "needs 'old_memory'"),
         ("semantic", '{"operations": [{"action": "ADD", "memory": "ok"}, "junk"]}', "must be an object"),
+        # a garbled UPDATE read as an ADD would store the replaced value as current (RL found this form)
+        ("procedural", '{"operations": [{"action": "ADD", "memory": "old", "old_memory": "new"}]}',
+         "'old_memory' (a field of UPDATE)"),
+        ("procedural", '{"operations": [{"action": "ADD", "memory": "old", "memory_changed": "new"}]}',
+         "ADD takes only 'memory'; it also carries 'memory_changed'"),
+        ("semantic", '{"operations": [{"action": "UPDATE", "old_memory": "a", "new_memory": "b", "memory": "c"}]}',
+         "(a field of ADD)"),
+        ("core", '{"operation": "APPEND", "content": "x", "old_text": "y"}', "(a field of REPLACE)"),
     ],
 )
 def test_faults_make_the_output_invalid_with_a_reason(agent, text, reason):

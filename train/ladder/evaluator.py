@@ -22,10 +22,11 @@ from membuilder.llm import load_chat_model
 from membuilder.llm.embedders import load_embedder
 from membuilder.llm.registry import resolve_chat_path
 from membuilder.llm.vllm_backend import cpu_engine_dtype
-from membuilder.plumbing.json_files import atomic_write_text
+from membuilder.memory.ops import AGENTS, OPS_SCHEMA
+from membuilder.plumbing.json_files import atomic_write_text, write_json
 from membuilder.plumbing.stats import bootstrap_ci
 from membuilder.training.checkpoints import save_merged
-from membuilder.training.policy_eval import baseline_summary, evaluate_policy, quoted_summary
+from membuilder.training.policy_eval import baseline_summary, evaluate_policy, quoted_summary, score_outputs
 from memgym_env.benchmarks.grounding import ground_writer
 from memgym_env.benchmarks.locomo import read_locomo
 from memgym_env.construction.answers import MODEL_FREE_MODES
@@ -101,16 +102,28 @@ class Evaluator:
 
     def cached(self, policy: str, label: str, name: str) -> dict[str, Any]:
         """Held-out generation and the memory score of one stage, each cached on its own."""
-        res = self.with_baselines(cached_json(self.cache(name), lambda: self(policy, label),
-                                              valid=lambda r: self.same_sessions(r) and self.same_dtype(r)))
+        res = self.held_out(policy, label, name)
+        # The memory score and the conv-26 writes chain sessions (what one parse keeps, the next prompt shows), so
+        # made under another parse rule they are made again, not scored again.
         memory = cached_json(self.cache(f"{name}-memory"), lambda: self.memory_score(policy, label),
                              valid=lambda m: m.get("memory_settings") == self.memory_settings() and self.same_dtype(m)
-                             and (not self.scores_memory() or "memory_accuracy" in m))
+                             and (not self.scores_memory() or "memory_accuracy" in m) and self.same_schema(m))
         # grounding off leaves its cache alone, so a sweep that skips it keeps the copied SFT figures intact
         grounding = self.real_grounding(policy, label) if not self.a.grounding_sessions else cached_json(
             self.cache(f"{name}-grounding"), lambda: self.real_grounding(policy, label),
-            valid=lambda g: g.get("settings") == self.grounding_settings() and self.same_dtype(g))
+            valid=lambda g: g.get("settings") == self.grounding_settings() and self.same_dtype(g)
+            and self.same_schema(g))
         return {**res, **memory, "real_grounding": grounding if grounding.get("all") else None}
+
+    def held_out(self, policy: str, label: str, name: str) -> dict[str, Any]:
+        """The stage's held-out evaluation, cached; one cached under an older parse rule is scored again from its
+        outputs and kept so."""
+        res = self.with_baselines(cached_json(self.cache(name), lambda: self(policy, label),
+                                              valid=lambda r: self.same_sessions(r) and self.same_dtype(r)))
+        if not self.same_schema(res):
+            res = self.rescored(res)
+            write_json(self.cache(name), res)
+        return res
 
     def same_sessions(self, res: dict[str, Any]) -> bool:
         """Whether a cached evaluation scored this ladder's held-out sessions with its reward: made with its pick
@@ -118,6 +131,23 @@ class Evaluator:
         recorded it, evidence)."""
         return (res.get("session_pick", "first") == self.a.eval_session_pick
                 and res.get("reward_mode", "evidence") == self.reward_mode)
+
+    @staticmethod
+    def same_schema(res: dict[str, Any]) -> bool:
+        """Whether a cached result was made under today's parse rule (``OPS_SCHEMA``; one without the key: rule 1)."""
+        return res.get("ops_schema", 1) == OPS_SCHEMA
+
+    def rescored(self, res: dict[str, Any]) -> dict[str, Any]:
+        """A cached held-out evaluation scored again from its outputs under today's parse rule, generating nothing:
+        each session's four outputs are one rollout, so validity, rewards and quotes follow from the text alone.
+        Which outputs ran to the token limit is not kept per output; their shares stand."""
+        keys = res["session_keys"]
+        slots = [(k, a) for k in keys for a in AGENTS]
+        new = score_outputs(self.scorers, keys, slots, [res["outputs"][k][a] for k, a in slots], [False] * len(slots))
+        kept = {k: res[k] for k in ("cut_rate", "engine", "engine_dtype", "session_pick", "reward_mode", "eval_seconds")
+                if k in res}
+        return {**new, **kept, "reward_ci": {n: bootstrap_ci(v) for n, v in new["session_rewards"].items()},
+                "rescored_from_schema": res.get("ops_schema", 1)}
 
     def engine_dtype(self) -> str | None:
         """The dtype the evaluation engine runs in where it is known before loading: vLLM on a CPU
@@ -181,7 +211,7 @@ class Evaluator:
         """MemoryGym-Interactive-v0's MemBuilder assistant writing memory with ``policy``."""
         if not self.scores_memory():
             return {"memory_score": None, "memory_score_ci": None, "memory_settings": self.memory_settings(),
-                    "engine_dtype": self.engine_dtype()}
+                    "engine_dtype": self.engine_dtype(), "ops_schema": OPS_SCHEMA}
         t0 = time.perf_counter()
         world_path = self.world()
         trained = Path(policy).exists()
@@ -211,6 +241,7 @@ class Evaluator:
         # Accuracy rests on every question, the memory score only on cells with headroom (metrics.MIN_HEADROOM):
         # on a small world the accuracy, its interval and the upper bound are the figures to trust.
         return {"memory_score": score, "memory_score_ci": bootstrap_ci(cells), "engine_dtype": self.engine_dtype(),
+                "ops_schema": OPS_SCHEMA,
                 "memory_score_cells": sum(v is not None for v in cells), "memory_settings": settings,
                 "memory_score_cells_low_headroom": overall.get("memory_score_cells_low_headroom"),
                 "memory_accuracy": overall.get("accuracy"), "memory_accuracy_ci": overall.get("accuracy_ci95"),
@@ -230,7 +261,7 @@ class Evaluator:
         settings = self.grounding_settings()
         path = Path(self.a.grounding_data)
         if not self.a.grounding_sessions or not path.exists():
-            return {"settings": settings, "all": None, "engine_dtype": self.engine_dtype(),
+            return {"settings": settings, "all": None, "engine_dtype": self.engine_dtype(), "ops_schema": OPS_SCHEMA,
                     "skipped": "grounding_sessions is 0" if path.exists() else f"{path} not found"}
         t0 = time.perf_counter()
         sessions = read_locomo(path)[0].sessions[:self.a.grounding_sessions]
@@ -247,7 +278,7 @@ class Evaluator:
                 model.close()
             del model
             gc.collect()
-        return {**out, "settings": settings, "engine_dtype": self.engine_dtype(),
+        return {**out, "settings": settings, "engine_dtype": self.engine_dtype(), "ops_schema": OPS_SCHEMA,
                 "seconds": round(time.perf_counter() - t0, 1)}
 
 

@@ -12,6 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from membuilder.memory.ops import OPS_SCHEMA
 from membuilder.plumbing.json_files import atomic_dir, write_json
 from train.ladder.settings import OUTPUT_OPTIONS, RL_STAGES, LadderArgs, flatten, from_flat, is_flat
 
@@ -25,7 +26,7 @@ FREE_FIELDS = ("save_steps",)  # of any stage: how often it checkpoints
 
 # Settings added after work folders were first made, with the value those folders ran under: a settings.json
 # without one is read as having it (the committed ladder ran with VLLM_CPU_KVCACHE_SPACE=2).
-ADDED_SETTINGS = {"vllm_kv_cache_gb": 2}
+ADDED_SETTINGS = {"vllm_kv_cache_gb": 2, "ops_schema": 1}
 
 
 def _free(key: str) -> bool:
@@ -35,13 +36,17 @@ def _free(key: str) -> bool:
 def rl_only(key: str) -> bool:
     """Whether only the RL runs depend on a setting: a ladder may take its SFT stage from a work folder that
     differs in these alone."""
-    return key in ("curve_every", "curve_sessions") or any(key.startswith(f"stages.{s}.") for s in RL_STAGES)
+    # The parse rule (ops_schema) decides RL's rewards; SFT trains on the expert's outputs, valid under every rule,
+    # and a cached evaluation made under another rule is scored again.
+    return key in ("curve_every", "curve_sessions", "ops_schema") or any(
+        key.startswith(f"stages.{s}.") for s in RL_STAGES)
 
 
 def work_settings(a: LadderArgs) -> dict[str, Any]:
     """What the stages and caches in ``work_dir`` depend on, one dotted name per field (``stages.sft.overrides.
     learning_rate``): the ladder's settings and the text of the stage and world configs they read."""
     out = flatten({k: v for k, v in asdict(a).items() if k not in FREE_SETTINGS})
+    out["ops_schema"] = OPS_SCHEMA  # what parse accepts decides every reward: RL made under another rule is not resumed
     out["env_config_sha256"] = hashlib.sha256(Path(a.env_config).read_bytes()).hexdigest()
     for name, stage in a.stages.items():
         out[f"stages.{name}.config_sha256"] = hashlib.sha256(Path(stage["config"]).read_bytes()).hexdigest()

@@ -1,0 +1,111 @@
+"""What the ladder reads off its cached held-out evaluations without generating: one cached under an older parse
+rule scored again, and a stage's outputs swapped into another's one agent at a time (``train.ladder.agent_swap``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("trl")
+
+from membuilder.memory.ops import AGENTS, OPS_SCHEMA, parse  # noqa: E402
+from membuilder.training.policy_eval import score_outputs  # noqa: E402
+from train.ladder import agent_swap  # noqa: E402
+from train.ladder.evaluator import Evaluator  # noqa: E402
+from train.ladder.settings import parse_args  # noqa: E402
+from train.ladder.work_folder import check_work_dir, rl_only, work_settings  # noqa: E402
+
+WORLD = {"num_users": 4, "num_periods": 1, "rounds_update": 1, "seed": 11}
+# a Procedural ADD that also names the entry it meant to replace: parse rule 1 read it as an ADD, rule 2 rejects
+# it as a garbled UPDATE
+GARBLED = '{"operations": [{"action": "ADD", "memory": "Commute: cycling", "old_memory": "Commute: the bus"}]}'
+
+
+def _argv(tmp_path) -> list[str]:
+    return ["--config", "configs/train/ladder_smollm2_cpu.yaml", "--env_overrides",
+            json.dumps({"world_overrides": WORLD}), "--train_users", "0-1", "--held_out_users", "3",
+            "--eval_sessions_per_user", "2", "--eval_engine", "transformers",
+            "--work_dir", str(tmp_path / "work"), "--results_dir", str(tmp_path / "results")]
+
+
+def _cache(evaluate: Evaluator, name: str, outputs: dict) -> dict:
+    """An evaluation of ``outputs`` cached under ``name`` as the ladder writes it, under today's rule."""
+    keys = evaluate.keys
+    slots = [(k, agent) for k in keys for agent in AGENTS]
+    res = score_outputs(evaluate.scorers, keys, slots, [outputs[k][g] for k, g in slots], [False] * len(slots))
+    res.update(session_pick=evaluate.a.eval_session_pick, reward_mode=evaluate.reward_mode)
+    evaluate.cache(name).parent.mkdir(parents=True, exist_ok=True)
+    evaluate.cache(name).write_text(json.dumps(res))
+    return res
+
+
+def test_an_evaluation_cached_under_the_old_parse_rule_is_rescored_and_kept(tmp_path):
+    evaluate = Evaluator(parse_args(_argv(tmp_path)), tmp_path / "work")
+    a = evaluate.a
+    scorer = evaluate.scorers["evidence"]
+    keys = evaluate.keys
+    garbled = GARBLED
+    outputs = {k: {**scorer.expert_action(k), "procedural": garbled} for k in keys}
+    slots = [(k, agent) for k in keys for agent in AGENTS]
+    today = score_outputs(evaluate.scorers, keys, slots, [outputs[k][g] for k, g in slots], [False] * len(slots))
+    assert today["valid_rate"]["procedural"] == 0.0 and not parse("procedural", garbled).valid
+    old = {**today, "valid_rate": {**today["valid_rate"], "procedural": 1.0},
+           "session_rewards": {"evidence": [0.123] * len(keys)}, "reward": {"evidence": 0.123},
+           "cut_rate": {g: 0.5 for g in AGENTS}, "session_pick": a.eval_session_pick,
+           "reward_mode": evaluate.reward_mode, "eval_seconds": 9.0}
+    del old["ops_schema"]  # cached before the rule was recorded: rule 1
+    cache = evaluate.cache("sft")
+    cache.parent.mkdir(parents=True)
+    cache.write_text(json.dumps(old))
+
+    res = evaluate.held_out("no-such-policy", "SFT", "sft")  # a generation would fail on this policy
+    assert res["ops_schema"] == OPS_SCHEMA and res["rescored_from_schema"] == 1
+    assert res["valid_rate"] == today["valid_rate"] and res["session_rewards"] == today["session_rewards"]
+    assert res["reward"] == today["reward"] != {"evidence": 0.123}
+    # what the text cannot tell again is kept: the share cut at the limit and how long the generation took
+    assert res["cut_rate"] == old["cut_rate"] and res["eval_seconds"] == 9.0
+    assert json.loads(cache.read_text())["ops_schema"] == OPS_SCHEMA
+    assert evaluate.held_out("no-such-policy", "SFT", "sft") == json.loads(cache.read_text())
+
+
+def test_agent_swap_names_the_agent_whose_writing_moved_the_reward(tmp_path):
+    evaluate = Evaluator(parse_args(_argv(tmp_path)), tmp_path / "work")
+    scorer, keys = evaluate.scorers["evidence"], evaluate.keys
+    expert = {k: scorer.expert_action(k) for k in keys}
+    ref = _cache(evaluate, "sft", expert)
+    # a stage that writes as the expert does except Procedural (garbled, so nothing) and Semantic (nothing either)
+    stage = _cache(evaluate, "grpo-0", {k: {**expert[k], "procedural": GARBLED, "semantic": '{"operations": []}'}
+                                        for k in keys})
+    (res,) = agent_swap.main(["--stages", "grpo-0", *_argv(tmp_path)])
+    swaps = res["swaps"]
+    assert res["against"] == "sft" and res["sessions"] == len(keys) == 2
+    assert swaps["core"]["mean"] == swaps["episodic"]["mean"] == 0.0  # the same text: no change, exactly
+    assert swaps["semantic"]["mean"] < 0 and swaps["procedural"]["mean"] <= 0
+    whole = sum(stage["session_rewards"]["evidence"]) / 2 - sum(ref["session_rewards"]["evidence"]) / 2
+    assert swaps["all"]["mean"] == pytest.approx(whole)
+    assert res["reference_reward"] == pytest.approx(ref["reward"]["evidence"])
+    table = (tmp_path / "results" / "agent_swap.md").read_text()
+    assert "| grpo-0 | +0.000 [+0.000, +0.000] | +0.000 [+0.000, +0.000] |" in table
+    assert json.loads((tmp_path / "results" / "agent_swap.json").read_text()) == [res]
+    # every RL stage evaluated is the default; a stage never evaluated is named, not guessed
+    assert [r["stage"] for r in agent_swap.main(_argv(tmp_path))] == ["grpo-0"]
+    with pytest.raises(SystemExit, match="no held-out evaluation of 'adrpo-0'"):
+        agent_swap.main(["--stages", "adrpo-0", *_argv(tmp_path)])
+
+
+def test_rl_made_under_the_old_parse_rule_is_not_resumed_but_its_sft_stage_is_taken(tmp_path):
+    a = parse_args(_argv(tmp_path))
+    old = tmp_path / "old"
+    old.mkdir()
+    made = {k: v for k, v in work_settings(a).items() if k != "ops_schema"}  # written before the rule was recorded
+    (old / "settings.json").write_text(json.dumps(made))
+    check_work_dir(a, old)  # no RL stage yet: the rule is an RL setting, taken as it is now
+    assert json.loads((old / "settings.json").read_text())["ops_schema"] == OPS_SCHEMA
+    (old / "settings.json").write_text(json.dumps(made))
+    (old / "seed0" / "grpo").mkdir(parents=True)
+    (old / "seed0" / "grpo" / "rollouts.0.jsonl").write_text("{}\n")
+    with pytest.raises(SystemExit, match=f"ops_schema 1 -> {OPS_SCHEMA}"):
+        check_work_dir(a, old)
+    # an ablation may still start from its SFT stage: SFT trains on the expert's outputs, valid under every rule
+    assert rl_only("ops_schema")
