@@ -79,7 +79,7 @@ def test_agent_swap_names_the_agent_whose_writing_moved_the_reward(tmp_path):
                                         for k in keys})
     (res,) = agent_swap.main(["--stages", "grpo-0", *_argv(tmp_path)])
     swaps = res["swaps"]
-    assert res["against"] == "sft" and res["sessions"] == len(keys) == 2
+    assert res["against"] == "sft" and res["sessions"] == len(keys) == 2 and res["ops_schema"] == OPS_SCHEMA
     assert swaps["core"]["mean"] == swaps["episodic"]["mean"] == 0.0  # the same text: no change, exactly
     assert swaps["semantic"]["mean"] < 0 and swaps["procedural"]["mean"] <= 0
     whole = sum(stage["session_rewards"]["evidence"]) / 2 - sum(ref["session_rewards"]["evidence"]) / 2

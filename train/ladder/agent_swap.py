@@ -21,7 +21,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from membuilder.memory.ops import AGENTS
+from membuilder.memory.ops import AGENTS, OPS_SCHEMA
 from membuilder.plumbing.json_files import atomic_write_text, write_json
 from membuilder.plumbing.stats import bootstrap_ci
 from train.ladder.evaluator import Evaluator
@@ -55,7 +55,7 @@ def agent_swap(evaluate: Evaluator, stage: str, against: str = "sft") -> dict[st
         reference.append(r0)
         for a, r in zip((*AGENTS, "all"), rs, strict=True):
             rows[a].append(r - r0)
-    return {"stage": stage, "against": against, "sessions": len(evaluate.keys),
+    return {"stage": stage, "against": against, "sessions": len(evaluate.keys), "ops_schema": OPS_SCHEMA,
             "reference_reward": sum(reference) / max(1, len(reference)),
             "swaps": {a: {"mean": sum(v) / max(1, len(v)), "ci": bootstrap_ci(v)} for a, v in rows.items()}}
 
@@ -67,8 +67,8 @@ def table(results: list[dict[str, Any]]) -> str:
     against, n = results[0]["against"], results[0]["sessions"]
     lines = [f"The reference ({against}) with one agent's held-out outputs replaced by a stage's, minus the "
              f"reference: mean [95% CI] over {n} sessions; `all` replaces every agent (the stage minus the "
-             f"reference).", "", "| stage | " + " | ".join((*AGENTS, "all")) + " |",
-             "|---|" + "---|" * (len(AGENTS) + 1)]
+             f"reference); outputs parsed under rule {results[0]['ops_schema']} (`membuilder.memory.ops.OPS_SCHEMA`).",
+             "", "| stage | " + " | ".join((*AGENTS, "all")) + " |", "|---|" + "---|" * (len(AGENTS) + 1)]
     for r in results:
         cells = [f"{s['mean']:+.3f} [{s['ci'][0]:+.3f}, {s['ci'][1]:+.3f}]" for s in r["swaps"].values()]
         lines.append(f"| {r['stage']} | " + " | ".join(cells) + " |")
