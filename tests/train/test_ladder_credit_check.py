@@ -9,7 +9,7 @@ import json
 import pytest
 import yaml
 
-from membuilder.memory.ops import AGENTS
+from membuilder.memory.ops import AGENTS, OPS_SCHEMA
 from membuilder.training.trl_reward import SessionReward
 from memgym_env.construction.actions import updates_as_adds
 from train.ladder import credit_check
@@ -48,6 +48,7 @@ def test_the_trained_credit_reproduces_the_log_and_per_agent_credit_isolates_eac
     folder, scorer, logged = run
     result = credit_check.credit_check(folder, scorer, "joint")
     assert result["sessions"] == 2 and result["logged_rewards_reproduced"] == {"equal": 16, "of": 16}
+    assert result["ops_schema"] == OPS_SCHEMA
     per, joint = result["credits"]["per_agent"], result["credits"]["joint"]
     # Core and Episodic wrote the same text in both rollouts: alone, nothing separates them
     assert per["core"]["tied_share"] == per["episodic"]["tied_share"] == 1.0

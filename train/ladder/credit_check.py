@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 from tqdm import tqdm
 
-from membuilder.memory.ops import AGENTS
+from membuilder.memory.ops import AGENTS, OPS_SCHEMA
 from membuilder.plumbing.json_files import atomic_write_text, write_json
 from membuilder.plumbing.stats import bootstrap_ci
 from membuilder.training.trl_reward import CREDITS
@@ -104,7 +104,7 @@ def credit_check(folder: Path, scorer: SessionScorer | None = None, trained: str
                 new = [x for x, kd in zip(rewards[c], kinds, strict=True) if kd == "new"]
                 if changed and edits and new:
                     gaps[c][a].append(sum(edits) / len(edits) - sum(new) / len(new))
-    out = {"run": str(folder), "trained_credit": trained, "sessions": len(sessions),
+    out = {"run": str(folder), "trained_credit": trained, "sessions": len(sessions), "ops_schema": OPS_SCHEMA,
            "logged_rewards_reproduced": {"equal": reproduced[0], "of": reproduced[1]}, "credits": {}}
     for c in CREDITS:
         out["credits"][c] = {a: {"groups": len(tied[c][a]), "tied_share": round(sum(tied[c][a]) / len(tied[c][a]), 4),
@@ -120,7 +120,8 @@ def table(result: dict[str, Any]) -> str:
     """The comparison as Markdown: one row per agent, both credits side by side."""
     rep = result["logged_rewards_reproduced"]
     lines = [f"{result['run']}: {result['sessions']} sessions logged whole, trained with {result['trained_credit']} "
-             f"credit; its logged rewards reproduced {rep['equal']} of {rep['of']}.", "",
+             f"credit; its logged rewards reproduced {rep['equal']} of {rep['of']} (outputs parsed under rule "
+             f"{result.get('ops_schema', 1)}, `OPS_SCHEMA`: a run trained under another rule reproduces fewer).", "",
              "Edit that found its entry minus new memory, within a group, on sessions where a needed value "
              "changed (mean [95% CI], groups); groups whose rewards all tie:", "",
              "| agent | joint: edit - new | per agent: edit - new | joint: tied | per agent: tied |",
