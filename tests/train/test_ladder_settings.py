@@ -18,7 +18,7 @@ from trl import ModelConfig, SFTConfig, TrlParser  # noqa: E402
 from membuilder.training.adrpo import ADRPOConfig  # noqa: E402
 from train.adrpo import ADRPOScriptArgs  # noqa: E402
 from train.ladder.settings import parse_args, rl_argv, sft_argv  # noqa: E402
-from train.ladder.work_folder import check_work_dir, take_sft, work_settings  # noqa: E402
+from train.ladder.work_folder import check_work_dir, made_settings, take_sft, work_settings  # noqa: E402
 from train.sft import SFTScriptArgs  # noqa: E402
 
 LADDER = ["--config", "configs/train/ladder_smollm2_cpu_published.yaml"]  # the recipe of the flat names
@@ -127,10 +127,16 @@ def test_a_work_folder_made_under_the_flat_names_resumes_and_lends_its_sft_stage
     (old / "sft" / "policy" / "adapter" / "adapter_config.json").write_text("{}", encoding="utf-8")
     (old / "eval").mkdir()
     (old / "eval" / "sft.vllm.json").write_text("{}", encoding="utf-8")
-    # the recipe as shipped resumes it (and a report of it, --report_only, reads it the same way)
-    check_work_dir(parse_args([*LADDER, "--work_dir", str(old)]), old)
+    # the recipe as shipped resumes it (and a report of it, --report_only, reads it the same way); a report reads,
+    # never rewrites
     check_work_dir(parse_args([*LADDER, "--work_dir", str(old), "--report_only", "true"]), old)
-    assert json.loads((old / "settings.json").read_text()) == OLD_SETTINGS  # read, not rewritten
+    assert json.loads((old / "settings.json").read_text()) == OLD_SETTINGS
+    # it was made before the parse rule was recorded (rule 1), an RL setting: with no RL stage begun, a run takes
+    # today's rule and records the folder's settings in today's names, the old ones read the same
+    resumed = parse_args([*LADDER, "--work_dir", str(old)])
+    check_work_dir(resumed, old)
+    assert json.loads((old / "settings.json").read_text()) == work_settings(resumed)
+    assert made_settings(old / "settings.json")["stages.sft.overrides.learning_rate"] == OLD_SETTINGS["sft_learning_rate"]
     # it evaluated each held-out user's first sessions; either pick resumes it, since each cached evaluation
     # records its pick and one made with another is made again (train.ladder.evaluator.Evaluator.same_sessions)
     assert parse_args(LADDER).eval_session_pick == "every_period"
