@@ -9,6 +9,7 @@ import pytest
 from membuilder.memory.ops import AGENTS
 from train.ladder.inspect_run import main as inspect_main
 from train.ladder.policy_actions import (
+    edits_against_expert,
     gap_line,
     held_out_actions,
     held_out_line,
@@ -56,6 +57,26 @@ def test_held_out_outputs_by_kind_per_agent():
     assert line.startswith("SFT, 4 held-out outputs per agent: core new 75% / edit 25%;")
     assert "semantic new 25% / edit 50% / nothing 25%" in line
     assert held_out_line("grpo", 1, actions).startswith("GRPO seed 1, 4 held-out")
+
+
+def test_edits_are_held_against_the_experts_on_the_same_sessions():
+    """A Procedural UPDATE where the expert edits Procedural memory is needed; one where the expert leaves it (the
+    session changed a Core value) is a false edit, however much else changed."""
+    nothing = '{"operations": []}'
+    expert = {"u/p1-s0": {"core": REPLACE, "episodic": ADD, "semantic": UPDATE, "procedural": UPDATE},
+              "u/p1-s1": {"core": REPLACE, "episodic": ADD, "semantic": nothing, "procedural": nothing},
+              "u/p1-s2": {"core": APPEND, "episodic": ADD, "semantic": nothing, "procedural": UPDATE}}
+    stage = {"u/p1-s0": {"core": REPLACE, "episodic": ADD, "semantic": ADD, "procedural": UPDATE},
+             "u/p1-s1": {"core": APPEND, "episodic": ADD, "semantic": UPDATE, "procedural": UPDATE},
+             "u/p1-s2": {"core": APPEND, "episodic": ADD, "semantic": nothing, "procedural": UPDATE}}
+    missed = {"u/p1-s0": {"procedural": 0}, "u/p1-s1": {"procedural": 1}, "u/p1-s2": {"procedural": 1}}
+    got = edits_against_expert(stage, expert, missed)
+    assert got["procedural"] == {"needed": 2, "edited": 2, "landed": 1, "not_needed": 1, "false": 1}
+    assert got["core"] == {"needed": 2, "edited": 1, "landed": 1, "not_needed": 1, "false": 0}
+    assert got["semantic"] == {"needed": 1, "edited": 0, "landed": 0, "not_needed": 2, "false": 1}
+    assert got["episodic"]["needed"] == 0 and got["episodic"]["false"] == 0
+    # without the quotes checked, landed is unknown rather than assumed
+    assert edits_against_expert(stage, expert)["procedural"]["landed"] is None
 
 
 def _log(folder, steps):

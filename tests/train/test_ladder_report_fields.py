@@ -90,6 +90,11 @@ def _row(stage, seed, shift=0.0, new_fields=True):
         "held_out_actions_changed": {a: _shares(0.5 if a == "semantic" else 0.25) for a in AGENTS},
         "held_out_quotes": {"core": {"quoted": 40, "missing": 14}, "episodic": {"quoted": 0, "missing": 0},
                             "semantic": {"quoted": 40, "missing": 40}, "procedural": {"quoted": 9, "missing": 0}},
+        "held_out_edits_vs_expert": {
+            "core": {"needed": 40, "edited": 33, "landed": 32, "not_needed": 8, "false": 0},
+            "episodic": {"needed": 0, "edited": 0, "landed": 0, "not_needed": 48, "false": 0},
+            "semantic": {"needed": 40, "edited": 31, "landed": 29, "not_needed": 8, "false": 3},
+            "procedural": {"needed": 9, "edited": 8, "landed": None, "not_needed": 39, "false": 19}},
         "grounding": {"all": {"entries": 40, "grounded": 30, "grounded_rate": 0.75, "mean_share": 0.8},
                       "core": {"entries": 0, "grounded": 0, "grounded_rate": None, "mean_share": None},
                       **{a: {"entries": 10, "grounded": 10, "grounded_rate": 1.0, "mean_share": 1.0} for a in AGENTS[1:]}},
@@ -119,6 +124,8 @@ def test_each_per_stage_table_reads_its_fields_within_80_columns():
         assert lines and max(map(len, lines)) <= 80, make.__name__
     assert "| adrpo_retrieval | 0 | 4 | 0.25 | 0.25 | 0.50 | 0.25 |" in stage_tables.edit_table(rows)
     assert "| sft | 0 | 26/40 | - | 0/40 | 9/9 |" in stage_tables.quotes_table(rows)  # none quoted: "-"
+    # landed of needed, then false edits of the rest; no expert edit: "-"; quotes not checked: edits made
+    assert "| sft | 0 | 32/40, 0/8 | -, 0/48 | 29/40, 3/8 | 8/9, 19/39 |" in stage_tables.expert_edit_table(rows)
     assert "| sft | 0 | 40 | 0.75 [0.60, 0.86] | - | 1.00 | 1.00 | 1.00 |" in stage_tables.grounding_table(rows)
     assert "| grpo | 1 | 0.41 [0.35, 0.47] | 0.80 | 0.25 | 240 | 1.500 | 5 (2) |" in stage_tables.memory_table(rows)
     # RL: 10 min of training = 5 generating + 1 scoring + 4 the rest; SFT's training is all optimisation
@@ -133,7 +140,7 @@ def test_each_per_stage_table_reads_its_fields_within_80_columns():
 def test_rows_written_before_the_new_fields_still_report():
     old = _rows(new_fields=False)
     assert stage_tables.edit_table(old) == stage_tables.grounding_table(old) == stage_tables.dominant_table(old) == ""
-    assert stage_tables.quotes_table(old) == ""
+    assert stage_tables.quotes_table(old) == stage_tables.expert_edit_table(old) == ""
     assert "| sft | 0 | - | - | - | - | 1.500 | 5 |" in stage_tables.memory_table(old)
     assert "| adrpo | 1 | 10.0 | - | - | - | 2.0 |" in stage_tables.time_table(old)
     captions = [line for line in stage_tables.stage_tables(old) if line and not line.startswith("|")]

@@ -169,6 +169,18 @@ class Evaluator:
         scorer = self.scorers["evidence"]
         return {k: needs_changed_value(scorer, k) for k in self.keys}
 
+    def expert_outputs(self) -> dict[str, dict[str, str]]:
+        """Per held-out session, the expert's output of each agent (what the world's oracle writes there)."""
+        scorer = self.scorers["evidence"]
+        return {k: scorer.expert_action(k) for k in self.keys}
+
+    def quote_misses(self, outputs: dict[str, dict[str, str]]) -> dict[str, dict[str, int]]:
+        """Per held-out session and agent, the quotes of a stage's outputs that named no memory there, read off by
+        the model-free reward re-applying them (nothing is generated)."""
+        scorer = self.scorers["evidence"]
+        return {k: {a: missing for a, (_, missing) in scorer.score(k, [o])[0].info["quoted"].items()}
+                for k, o in outputs.items() if k in scorer}
+
     def with_baselines(self, res: dict[str, Any]) -> dict[str, Any]:
         """A cached evaluation with the keys ``evaluate_policy`` returns today: one made before the no-op and oracle
         keys gets them here (they depend on the sessions alone), one made before ``quoted`` gets it from its outputs

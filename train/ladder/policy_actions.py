@@ -61,6 +61,29 @@ def held_out_actions(outputs: dict[str, dict[str, str]]) -> dict[str, Any]:
     return out
 
 
+def edits_against_expert(outputs: dict[str, dict[str, str]], expert: dict[str, dict[str, str]],
+                         missed: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
+    """Per agent, a stage's held-out edits held against the expert's on the same sessions.
+
+    A session changing some value does not mean every memory must change: a changed stress level is Core's,
+    not Procedural's. So ``needed`` counts the sessions where the expert edits that agent's memory; of those,
+    ``edited`` where the stage edits it too and ``landed`` where its edit also found what it quotes (``missed``:
+    per session and agent, the quotes the model-free reward could not find). ``false`` counts the edits the
+    stage writes on the ``not_needed`` sessions, where the expert leaves that memory's entries as they are.
+    """
+    out: dict[str, Any] = {}
+    for agent in AGENTS:
+        keys = [k for k in outputs if agent in outputs[k] and k in expert]
+        needed = [k for k in keys if kind(agent, expert[k].get(agent, "")) == "edit"]
+        edited = [k for k in needed if kind(agent, outputs[k][agent]) == "edit"]
+        landed = [k for k in edited if not (missed or {}).get(k, {}).get(agent)] if missed is not None else None
+        rest = [k for k in keys if k not in set(needed)]
+        out[agent] = {"needed": len(needed), "edited": len(edited),
+                      "landed": None if landed is None else len(landed), "not_needed": len(rest),
+                      "false": sum(kind(agent, outputs[k][agent]) == "edit" for k in rest)}
+    return out
+
+
 def _window(records: list[dict[str, Any]]) -> dict[str, Any]:
     counts: Counter = Counter()
     advantages: dict[str, list[float]] = defaultdict(list)

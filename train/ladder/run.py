@@ -45,7 +45,7 @@ from train import adrpo, sft
 from train.common import close_colocated_engine
 from train.ladder.curve_callback import CurveCallback, same_pick
 from train.ladder.evaluator import Evaluator, cached_json, oracle_over_limit
-from train.ladder.policy_actions import held_out_actions, rollout_actions
+from train.ladder.policy_actions import edits_against_expert, held_out_actions, rollout_actions
 from train.ladder.report import recipe_command, recipe_config, table, write_results
 from train.ladder.rl_signal import pack_rollouts, paired_train_difference, rl_signal, time_split
 from train.ladder.settings import RL_STAGES, LadderArgs, parse_args, rl_argv, sft_argv
@@ -202,11 +202,12 @@ def row(stage: str, seed: int, res: dict[str, Any], users: list[str], seconds: f
         curve: list[dict[str, Any]] | None = None, signal: dict[str, Any] | None = None,
         actions: dict[str, Any] | None = None, alpha: float | None = None, attribution: str | None = None,
         changed: dict[str, bool] | None = None, time_split: dict[str, Any] | None = None,
-        credit: str | None = None) -> dict[str, Any]:
+        credit: str | None = None, against_expert: dict[str, Any] | None = None) -> dict[str, Any]:
     """One stage's row of results/ladder.json; RL rows add their alpha, attribution rule and credit, curve,
     ``train.ladder.rl_signal``'s summary, ``train.ladder.policy_actions``' reading of their rollouts and where their
     training time went. ``changed`` names the held-out sessions where a needed value changed: the row reads the
-    stage's actions there apart (does it edit memory where it must?)."""
+    stage's actions there apart (does it edit memory where it must?); ``against_expert``, its edits held against the
+    expert's per agent (``policy_actions.edits_against_expert``)."""
     changed = changed or {}
     outputs = res.get("outputs") or {}
     return {"stage": stage, "seed": seed, "alpha": alpha, "attribution": attribution, "credit": credit,
@@ -223,7 +224,7 @@ def row(stage: str, seed: int, res: dict[str, Any], users: list[str], seconds: f
             "session_changed": {k: changed[k] for k in res["session_keys"] if k in changed} or None,
             "held_out_actions_changed": (held_out_actions({k: o for k, o in outputs.items() if changed.get(k)})
                                          if outputs and any(changed.values()) else None),
-            "held_out_quotes": res.get("quoted"),
+            "held_out_quotes": res.get("quoted"), "held_out_edits_vs_expert": against_expert,
             "grounding": res.get("grounding"), "real_grounding": res.get("real_grounding"), "time_split": time_split,
             **{k: res.get(k) for k in MEMORY_FIELDS},
             # per held-out session, so two stages can be compared session by session (a paired bootstrap)
@@ -344,6 +345,11 @@ def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
 
     steps = {stage: a.stage_config(stage)["max_steps"] for stage in RL_STAGES if stage in a.stages}
     changed = evaluate.changed_sessions()
+    expert = evaluate.expert_outputs()
+
+    def vs_expert(res: dict[str, Any]) -> dict[str, Any] | None:
+        outputs = res.get("outputs") or {}
+        return edits_against_expert(outputs, expert, evaluate.quote_misses(outputs)) if outputs else None
 
     def publish():
         pair_seeds(work, [*rows, *progress], steps)
@@ -354,13 +360,14 @@ def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
     if a.report_only and not (base_done and _finished(evaluate, work / "sft", "sft")):
         raise FileNotFoundError(f"report_only: {work} holds no finished SFT stage to report (run the ladder first)")
     base = evaluate.cached(a.model_name_or_path, "base", "base")
-    rows.append(row("base", a.sft_seed, base, evaluate.users, None, changed=changed))
+    rows.append(row("base", a.sft_seed, base, evaluate.users, None, changed=changed, against_expert=vs_expert(base)))
     publish()
     t = time.perf_counter()
     sft_policy = train_sft(a, work / "sft")
     timings.setdefault("sft", _train_seconds(work / "sft", time.perf_counter() - t))
     sft_res = evaluate.cached(sft_policy, "sft", "sft")
-    rows.append(row("sft", a.sft_seed, sft_res, evaluate.users, timings["sft"], changed=changed))
+    rows.append(row("sft", a.sft_seed, sft_res, evaluate.users, timings["sft"], changed=changed,
+                    against_expert=vs_expert(sft_res)))
     if not a.report_only:
         ship_best(a, work, rows, argv)  # SFT until an RL stage's pooled result beats it
     publish()
@@ -383,7 +390,7 @@ def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
             curve_rows = make_curve(folder, sft_res, res, points, evaluate.keys[:a.curve_sessions], steps[stage])
             rows.append(row(stage, seed, res, evaluate.users, timings[f"{stage}/{seed}"], curve_rows,
                             rl_signal(folder), rollout_actions(folder), a.alpha(stage), a.attribution(stage),
-                            changed, time_split(folder), a.credit(stage)))
+                            changed, time_split(folder), a.credit(stage), vs_expert(res)))
             if not a.report_only:  # a report ships nothing new
                 ship_best(a, work, rows, argv)
             publish()

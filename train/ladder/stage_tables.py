@@ -46,6 +46,20 @@ def edit_table(rows: list[dict[str, Any]]) -> str:
     return _md(["stage", "seed", "changed", *AGENTS], body) if body else ""
 
 
+def expert_edit_table(rows: list[dict[str, Any]]) -> str:
+    """Per row and agent, its held-out edits against the expert's: landed (edited and found what it quoted) of the
+    sessions where the expert edits that memory, then edits written where the expert edits none."""
+    def cell(e: dict[str, Any] | None) -> str:
+        if not e:
+            return "-"
+        hit = "-" if not e["needed"] else f"{e['landed'] if e['landed'] is not None else e['edited']}/{e['needed']}"
+        return f"{hit}, {e['false']}/{e['not_needed']}"
+
+    body = [[r["stage"], str(r["seed"]), *(cell(r["held_out_edits_vs_expert"].get(a)) for a in AGENTS)]
+            for r in rows if r.get("held_out_edits_vs_expert")]
+    return _md(["stage", "seed", *AGENTS], body) if body else ""
+
+
 def quotes_table(rows: list[dict[str, Any]]) -> str:
     """Per row and agent, the quotes of existing memory in held-out edits that found it, of all quotes."""
     def cell(q: dict[str, int] | None) -> str:
@@ -135,6 +149,10 @@ STAGE_TABLES = (
     (validity_table, "Valid outputs per agent, held-out:"),
     (edit_table, f"Share of held-out outputs that edit memory ({EDIT_NAMES}) on the sessions where a state "
                  "variable a question needs changed (`changed`: how many):"),
+    (expert_edit_table, "Held-out edits against the expert's on the same sessions, per agent: `landed/needed`, the "
+                        "sessions where the expert edits that memory and the stage's edit found what it quotes; "
+                        "then `false/rest`, edits written where the expert edits none (a changed value is often "
+                        "another memory's):"),
     (quotes_table, "Held-out edits that found the memory they quote (UPDATE and MERGE entries, Core REPLACE "
                    "text), of all quoted: a miss writes the new value beside the stale one, or changes nothing:"),
     (grounding_table, "Written entries grounded in the session or the memory shown: grounded rate over `n` "
