@@ -93,6 +93,10 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
         if any(r["session_changed"].values()):
             n_changed = sum(r["session_changed"].values())
             assert all(a["outputs"] == n_changed for a in r["held_out_actions_changed"].values())
+        # each agent's edits held against the expert's: every session is one the expert edits that memory on or not
+        for e in r["held_out_edits_vs_expert"].values():
+            assert e["needed"] + e["not_needed"] == r["held_out_sessions"]
+            assert 0 <= e["landed"] <= e["edited"] <= e["needed"] and 0 <= e["false"] <= e["not_needed"]
         assert r["grounding"]["all"]["entries"] >= r["grounding"]["all"]["grounded"] >= 0
         assert r["memory_questions"] > 0 and 0.0 <= r["memory_accuracy"] <= 1.0 and r["memory_upper_bound"] is not None
         assert set(r["session_noop_evidence"]) == set(r["session_reward_evidence"])
