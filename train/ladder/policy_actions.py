@@ -74,13 +74,12 @@ def edits_against_expert(outputs: dict[str, dict[str, str]], expert: dict[str, d
     out: dict[str, Any] = {}
     for agent in AGENTS:
         keys = [k for k in outputs if agent in outputs[k] and k in expert]
-        needed = [k for k in keys if kind(agent, expert[k].get(agent, "")) == "edit"]
-        edited = [k for k in needed if kind(agent, outputs[k][agent]) == "edit"]
-        landed = [k for k in edited if not (missed or {}).get(k, {}).get(agent)] if missed is not None else None
-        rest = [k for k in keys if k not in set(needed)]
+        needed = {k for k in keys if kind(agent, expert[k].get(agent, "")) == "edit"}
+        edits = {k for k in keys if kind(agent, outputs[k][agent]) == "edit"}
+        edited = needed & edits
         out[agent] = {"needed": len(needed), "edited": len(edited),
-                      "landed": None if landed is None else len(landed), "not_needed": len(rest),
-                      "false": sum(kind(agent, outputs[k][agent]) == "edit" for k in rest)}
+                      "landed": None if missed is None else sum(not missed.get(k, {}).get(agent) for k in edited),
+                      "not_needed": len(keys) - len(needed), "false": len(edits - needed)}
     return out
 
 
