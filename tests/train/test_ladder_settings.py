@@ -158,7 +158,8 @@ def test_a_work_folder_made_under_the_flat_names_resumes_and_lends_its_sft_stage
 
 def test_rl_settings_may_change_until_an_rl_stage_begins(tmp_path):
     """A folder with base and SFT only takes new RL settings (a sweep chose them after SFT); once an RL stage has
-    written anything, they are fixed, and SFT's settings never change."""
+    written anything, its settings and those all RL stages share are fixed, a stage not yet run may still take
+    new ones, and SFT's settings never change."""
     work = tmp_path / "ladder"
     made = parse_args([*LADDER, "--work_dir", str(work)])
     check_work_dir(made, work)
@@ -176,3 +177,17 @@ def test_rl_settings_may_change_until_an_rl_stage_begins(tmp_path):
     (work / "seed0" / "grpo" / "trainer_log.json").write_text("[]", encoding="utf-8")
     with pytest.raises(SystemExit, match=r"stages\.grpo\.overrides\.learning_rate 3e-05 -> 0\.0001"):
         check_work_dir(made, work)
+    # a stage not yet begun under any seed still takes new settings; the begun one and the shared ones do not
+    adrpo_later = parse_args([*LADDER, "--work_dir", str(work), "--set", "stages.grpo.overrides.learning_rate=3e-05",
+                              "stages.grpo.overrides.beta=0.02", "stages.adrpo.overrides.temperature=0.8"])
+    check_work_dir(adrpo_later, work)
+    assert made_settings(work / "settings.json")["stages.adrpo.overrides.temperature"] == 0.8
+    with pytest.raises(SystemExit, match=r"stages\.grpo\.overrides\.temperature 1\.0 -> 0\.8"):
+        check_work_dir(parse_args([*LADDER, "--work_dir", str(work), "--set",
+                                   "stages.grpo.overrides.learning_rate=3e-05", "stages.grpo.overrides.beta=0.02",
+                                   "stages.adrpo.overrides.temperature=0.8",
+                                   "stages.grpo.overrides.temperature=0.8"]), work)
+    with pytest.raises(SystemExit, match=r"curve_every"):
+        check_work_dir(parse_args([*LADDER, "--work_dir", str(work), "--curve_every", "3", "--set",
+                                   "stages.grpo.overrides.learning_rate=3e-05", "stages.grpo.overrides.beta=0.02",
+                                   "stages.adrpo.overrides.temperature=0.8"]), work)

@@ -72,9 +72,18 @@ def pin_engine(a: LadderArgs) -> None:
     os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(a.vllm_kv_cache_gb)
 
 
-def rl_started(work: Path) -> bool:
-    """Whether any RL stage in ``work`` has begun: its folder (``seed<N>/<stage>``) holds a file."""
-    return any(path.is_file() for seed in work.glob("seed*") for path in seed.rglob("*"))
+def rl_started(work: Path, stage: str = "*") -> bool:
+    """Whether an RL stage (any, by default) in ``work`` has begun under some seed: its folder
+    (``seed<N>/<stage>``) holds a file."""
+    return any(path.is_file() for run in work.glob(f"seed*/{stage}") for path in run.rglob("*"))
+
+
+def _fixed_by_a_run(key: str, work: Path) -> bool:
+    """Whether a run in ``work`` already depends on setting ``key``: one RL stage's own settings are fixed once
+    that stage has begun under some seed, the settings every RL stage shares once any has."""
+    if key.startswith("stages."):
+        return rl_started(work, key.split(".")[1])
+    return rl_started(work)
 
 
 def check_work_dir(a: LadderArgs, work: Path) -> None:
@@ -85,10 +94,11 @@ def check_work_dir(a: LadderArgs, work: Path) -> None:
     if path.exists():
         made = made_settings(path)
         changed = sorted(k for k in set(made) | set(now) if made.get(k) != now.get(k))
-        if changed and all(rl_only(k) for k in changed) and not rl_started(work):
-            # Nothing in the folder depends on RL settings until an RL stage begins: the recipe's RL settings
-            # may still be chosen (by python -m train.ladder.sweep on this SFT stage) after SFT has trained.
-            print(f"ladder: {work} has no RL stage yet; taking the RL settings as they are now: "
+        if changed and all(rl_only(k) and not _fixed_by_a_run(k, work) for k in changed):
+            # Nothing in the folder depends on a stage's RL settings until that stage begins: the recipe's RL
+            # settings may still be chosen (by python -m train.ladder.sweep on this SFT stage) after SFT has
+            # trained, and a stage not yet run may take a setting that another stage's runs have shown better.
+            print(f"ladder: no run in {work} depends on these yet; taking them as they are now: "
                   + "; ".join(f"{k} {made.get(k)!r} -> {now.get(k)!r}" for k in changed), file=sys.stderr)
             if not a.report_only:
                 write_json(path, now)
