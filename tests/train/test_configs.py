@@ -122,7 +122,7 @@ def test_ladder_defaults_equal_its_yaml_and_its_stages_build(tiny_chat_path, tmp
     config = trainer.session_reward.scorer.config
     assert (config.alpha, config.answer_mode, config.world_overrides["wording"]) == (1.0, "stale", "varied")
     args = trainer.args
-    assert (args.num_generations, args.temperature, args.share_prompt) == (8, 1.0, True)
+    assert (args.num_generations, args.temperature, args.top_p, args.share_prompt) == (8, 0.8, 0.9, True)
     # four sessions per generation batch (and optimizer step), one agent prompt per micro-batch
     assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (args.num_generations, 16)
     assert args.generation_batch_size == 16 * args.num_generations

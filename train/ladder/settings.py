@@ -63,8 +63,8 @@ _RL_OVERRIDES = {
     "per_device_train_batch_size": 8,  # = num_generations: one agent prompt per micro-batch
     "share_prompt": True,
     "share_prompt_rows": 2,         # a prompt's completions 2 at a time, shortest first (bench/shared_prompt_loss.py)
-    "temperature": 1.0,
-    "top_p": 1.0,
+    "temperature": 0.8,             # MemBuilder's published sampling (at 1.0 GRPO dropped every Procedural edit)
+    "top_p": 0.9,
     "learning_rate": 1.0e-4,
     "beta": 0.0,
     "use_vllm": True,               # rollouts from vLLM's CPU engine, colocated in the trainer
