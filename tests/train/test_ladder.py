@@ -17,8 +17,11 @@ from membuilder.memory.ops import AGENTS  # noqa: E402
 from membuilder.plumbing.stats import bootstrap_ci, separated  # noqa: E402
 from membuilder.training.tiny import byte_tokenizer, tiny_llama  # noqa: E402
 from memgym_env.world import generate_world, load_config  # noqa: E402
+from train.ladder import (
+    machine,  # noqa: E402
+    sweep,  # noqa: E402
+)
 from train.ladder import run as ladder  # noqa: E402
-from train.ladder import sweep  # noqa: E402
 from train.ladder.curve_callback import CurveCallback  # noqa: E402
 from train.ladder.report import (  # noqa: E402
     paired_difference,
@@ -98,6 +101,8 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
             assert e["needed"] + e["not_needed"] == r["held_out_sessions"]
             assert 0 <= e["landed"] <= e["edited"] <= e["needed"] and 0 <= e["false"] <= e["not_needed"]
         assert r["grounding"]["all"]["entries"] >= r["grounding"]["all"]["grounded"] >= 0
+        # every trained stage names the machine it trained on
+        assert (r["machines"] is None) == (r["stage"] == "base")
         assert r["memory_questions"] > 0 and 0.0 <= r["memory_accuracy"] <= 1.0 and r["memory_upper_bound"] is not None
         assert set(r["session_noop_evidence"]) == set(r["session_reward_evidence"])
         # and on a real dialogue no stage trained on (LoCoMo conv-26's first sessions)
@@ -427,6 +432,9 @@ def test_a_stopped_rl_run_resumes_from_its_last_checkpoint(tiny_path, tmp_path, 
     clock = json.loads((folder / "clock.json").read_text())
     assert clock["step"] == 3 and clock["seconds"] > stopped["seconds"]
     assert ladder._train_seconds(folder, 0.1) == clock["seconds"]
+    # both sittings ran on this machine: recorded once, with the dtype the base trained in
+    (sitting,) = machine.read(folder)
+    assert sitting["cpu"] == machine.cpu_name() and sitting["base_dtype"] in ("float32", "bfloat16")
 
     # the two sittings sampled and trained what one uninterrupted run does: the same sessions and, from
     # the restored RNG, the same completions (the random tiny model samples different text under another seed)

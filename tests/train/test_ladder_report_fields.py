@@ -72,6 +72,12 @@ def _signal():
                                                                                         "semantic": 0.4}}}
 
 
+AMD = {"cpu": "AMD EPYC 9R14 96-Core Processor", "amx": False, "avx512_bf16": True, "cores": 2, "torch": "2.13.0",
+       "base_dtype": "float32"}
+XEON = {"cpu": "Intel(R) Xeon(R) Processor", "amx": True, "avx512_bf16": True, "cores": 2, "torch": "2.13.0",
+        "base_dtype": "bfloat16"}
+
+
 def _row(stage, seed, shift=0.0, new_fields=True):
     per = {k: round((i % 3) * 0.3 + shift, 4) for i, k in enumerate(KEYS)}
     r = {"stage": stage, "seed": seed, "alpha": {"grpo": 1.0}.get(stage, 4.0 if "adrpo" in stage else None),
@@ -104,6 +110,8 @@ def _row(stage, seed, shift=0.0, new_fields=True):
         "real_grounding": {"sessions": 19, "all": {"entries": 30, "grounded": 27},
                            "valid_rate": {a: 1.0 - 0.1 * (a == "core") for a in AGENTS}},
         "train_signal": _signal() if rl else None,
+        # SFT trained before machines were recorded; ADRPO seed 1 over two sittings on two machines
+        "machines": None if stage == "sft" else [AMD, *([XEON] if (stage, seed) == ("adrpo", 1) else [])],
     }
 
 
@@ -132,6 +140,9 @@ def test_each_per_stage_table_reads_its_fields_within_80_columns():
     time = stage_tables.time_table(rows)
     assert "| adrpo | 0 | 10.0 | 5.0 | 1.0 | 4.0 | 3.0 |" in time and "| sft | 0 | 10.0 | - | - | 10.0 | 3.0 |" in time
     assert "| sft | 0 | 19 | 30 | 0.90 [0.74, 0.97] | 0.90 |" in stage_tables.real_grounding_table(rows)
+    machines = stage_tables.machine_table(rows)
+    assert "| sft | 0 | not recorded | - | - | - |" in machines and "\n| base |" not in machines
+    assert "| adrpo | 1 | AMD EPYC 9R14 96-Core | AVX512-BF16 | 2 | float32 |\n| adrpo | 1 | Intel Xeon | AMX | 2 | bfloat16 |" in machines
     dominant = stage_tables.dominant_table(rows)
     assert "| adrpo_retrieval | 0 | retrieval | 0% | 60% | 40% | 0% | 0% |" in dominant
     assert "| base |" not in dominant
@@ -140,7 +151,7 @@ def test_each_per_stage_table_reads_its_fields_within_80_columns():
 def test_rows_written_before_the_new_fields_still_report():
     old = _rows(new_fields=False)
     assert stage_tables.edit_table(old) == stage_tables.grounding_table(old) == stage_tables.dominant_table(old) == ""
-    assert stage_tables.quotes_table(old) == stage_tables.expert_edit_table(old) == ""
+    assert stage_tables.quotes_table(old) == stage_tables.expert_edit_table(old) == stage_tables.machine_table(old) == ""
     assert "| sft | 0 | - | - | - | - | 1.500 | 5 |" in stage_tables.memory_table(old)
     assert "| adrpo | 1 | 10.0 | - | - | - | 2.0 |" in stage_tables.time_table(old)
     captions = [line for line in stage_tables.stage_tables(old) if line and not line.startswith("|")]

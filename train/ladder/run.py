@@ -43,6 +43,7 @@ from membuilder.plumbing.stats import bootstrap_ci
 from membuilder.training.checkpoints import save_policy, set_adapter_base
 from train import adrpo, sft
 from train.common import close_colocated_engine
+from train.ladder import machine
 from train.ladder.curve_callback import CurveCallback, same_pick
 from train.ladder.evaluator import Evaluator, cached_json, oracle_over_limit
 from train.ladder.policy_actions import edits_against_expert, held_out_actions, rollout_actions
@@ -202,12 +203,14 @@ def row(stage: str, seed: int, res: dict[str, Any], users: list[str], seconds: f
         curve: list[dict[str, Any]] | None = None, signal: dict[str, Any] | None = None,
         actions: dict[str, Any] | None = None, alpha: float | None = None, attribution: str | None = None,
         changed: dict[str, bool] | None = None, time_split: dict[str, Any] | None = None,
-        credit: str | None = None, against_expert: dict[str, Any] | None = None) -> dict[str, Any]:
+        credit: str | None = None, against_expert: dict[str, Any] | None = None,
+        machines: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """One stage's row of results/ladder.json; RL rows add their alpha, attribution rule and credit, curve,
     ``train.ladder.rl_signal``'s summary, ``train.ladder.policy_actions``' reading of their rollouts and where their
     training time went. ``changed`` names the held-out sessions where a needed value changed: the row reads the
     stage's actions there apart (does it edit memory where it must?); ``against_expert``, its edits held against the
-    expert's per agent (``policy_actions.edits_against_expert``)."""
+    expert's per agent (``policy_actions.edits_against_expert``); ``machines``, what each of its training sittings
+    ran on (``train.ladder.machine``)."""
     changed = changed or {}
     outputs = res.get("outputs") or {}
     return {"stage": stage, "seed": seed, "alpha": alpha, "attribution": attribution, "credit": credit,
@@ -226,6 +229,7 @@ def row(stage: str, seed: int, res: dict[str, Any], users: list[str], seconds: f
                                          if outputs and any(changed.values()) else None),
             "held_out_quotes": res.get("quoted"), "held_out_edits_vs_expert": against_expert,
             "grounding": res.get("grounding"), "real_grounding": res.get("real_grounding"), "time_split": time_split,
+            "machines": machines or None,
             **{k: res.get(k) for k in MEMORY_FIELDS},
             # per held-out session, so two stages can be compared session by session (a paired bootstrap)
             "session_reward_evidence": dict(zip(res["session_keys"], res["session_rewards"]["evidence"], strict=True)),
@@ -367,7 +371,7 @@ def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
     timings.setdefault("sft", _train_seconds(work / "sft", time.perf_counter() - t))
     sft_res = evaluate.cached(sft_policy, "sft", "sft")
     rows.append(row("sft", a.sft_seed, sft_res, evaluate.users, timings["sft"], changed=changed,
-                    against_expert=vs_expert(sft_res)))
+                    against_expert=vs_expert(sft_res), machines=machine.read(work / "sft")))
     if not a.report_only:
         ship_best(a, work, rows, argv)  # SFT until an RL stage's pooled result beats it
     publish()
@@ -390,7 +394,7 @@ def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
             curve_rows = make_curve(folder, sft_res, res, points, evaluate.keys[:a.curve_sessions], steps[stage])
             rows.append(row(stage, seed, res, evaluate.users, timings[f"{stage}/{seed}"], curve_rows,
                             rl_signal(folder), rollout_actions(folder), a.alpha(stage), a.attribution(stage),
-                            changed, time_split(folder), a.credit(stage), vs_expert(res)))
+                            changed, time_split(folder), a.credit(stage), vs_expert(res), machine.read(folder)))
             if not a.report_only:  # a report ships nothing new
                 ship_best(a, work, rows, argv)
             publish()

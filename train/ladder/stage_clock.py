@@ -9,6 +9,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from membuilder.plumbing.json_files import write_json
+from train.ladder import machine
 
 CLOCK = "clock.json"
 
@@ -19,7 +20,8 @@ def clock_seconds(folder: Path) -> float | None:
 
 
 class StageClock(TrainerCallback):
-    """Writes ``{step, seconds}`` to ``folder/clock.json`` at every checkpoint and at the end.
+    """Writes ``{step, seconds}`` to ``folder/clock.json`` at every checkpoint and at the end, and each
+    sitting's machine to ``folder/machine.json``.
 
     A resumed run starts from the seconds recorded with the checkpoint it resumes from; time spent
     after that checkpoint by a sitting that was stopped is not counted, since those steps are redone.
@@ -40,6 +42,10 @@ class StageClock(TrainerCallback):
         if checkpoint:
             self.at_checkpoint[checkpoint] = round(seconds, 1)
         write_json(self.folder / CLOCK, {"step": step, "seconds": round(seconds, 1), "at_checkpoint": self.at_checkpoint})
+
+    def on_train_begin(self, args, state, control, model=None, **kw):
+        # the seconds summed here may come from several machines: say which (train.ladder.machine)
+        machine.record(self.folder, machine.describe(machine.base_dtype(model) if model is not None else None))
 
     def on_save(self, args, state, control, **kw):
         self._write(state.global_step, f"checkpoint-{state.global_step}")

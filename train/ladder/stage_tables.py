@@ -8,6 +8,7 @@ from typing import Any
 
 from membuilder.memory.ops import AGENTS
 from membuilder.plumbing import stats
+from train.ladder.machine import short_cpu
 from train.ladder.policy_actions import EDIT_NAMES
 from train.ladder.rl_signal import ATTRIBUTION_TYPES
 from train.ladder.settings import RL_STAGES
@@ -137,6 +138,24 @@ def time_table(rows: list[dict[str, Any]]) -> str:
     return _md(["stage", "seed", "train", "generation", "scoring", "optimisation", "evaluation"], body) if body else ""
 
 
+def machine_table(rows: list[dict[str, Any]]) -> str:
+    """Per trained row, the machine of each sitting (``train.ladder.machine``): CPU, its bf16 units, cores and
+    the dtype of the policy's frozen base; a stage trained before machines were recorded says so."""
+    trained = [r for r in rows if r["stage"] != "base"]
+    if not any(r.get("machines") for r in trained):
+        return ""
+    body = []
+    for r in trained:
+        for m in r.get("machines") or [None]:
+            if m is None:
+                body.append([r["stage"], str(r["seed"]), "not recorded", "-", "-", "-"])
+                continue
+            bf16 = "AMX" if m.get("amx") else "AVX512-BF16" if m.get("avx512_bf16") else "none"
+            body.append([r["stage"], str(r["seed"]), short_cpu(m.get("cpu", "?")), bf16, _count(m.get("cores")),
+                         m.get("base_dtype") or "-"])
+    return _md(["stage", "seed", "cpu", "bf16", "cores", "base"], body)
+
+
 def dominant_table(rows: list[dict[str, Any]]) -> str:
     """Per RL row and attribution rule, how often each memory type was the dominant one over the run's steps."""
     body = [[r["stage"], str(r["seed"]), rule, *(f"{shares.get(t, 0.0):.0%}" for t in ATTRIBUTION_TYPES)]
@@ -164,6 +183,8 @@ STAGE_TABLES = (
                    "low headroom in brackets:"),
     (time_table, "Where the time went (min): training split into rollout generation, scoring and the rest "
                  "(optimisation), and evaluation (held-out sessions and memory score):"),
+    (machine_table, "Machines each stage trained on, one line per sitting (`bf16`: the CPU's bfloat16 units; "
+                    "`base`: the dtype of the frozen base weights under LoRA, bfloat16 only with AMX):"),
     (dominant_table, "Dominant memory type per step under each attribution rule (logged whichever rule sets "
                      "ADRPO's weights), share of rollouts averaged over steps:"),
 )
