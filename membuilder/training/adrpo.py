@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import warnings
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -142,6 +143,20 @@ class ADRPOConfig(GRPOConfig):
                 self.sessions_per_step, self.num_generations, self.per_device_train_batch_size,
                 int(os.environ.get("WORLD_SIZE", "1")))
         super().__post_init__()
+        if self.use_vllm and self.vllm_importance_sampling_correction and (
+                self.top_p < 1.0 or (self.top_k or 0) > 0):
+            warnings.warn(TOP_P_RATIO_WARNING.format(top_p=self.top_p, top_k=self.top_k), stacklevel=2)
+
+
+# vLLM hands TRL each sampled token's log-prob after top-p / top-k renormalisation; the trainer's log-prob of the
+# same token is over the whole vocabulary. Their ratio is then the probability mass the filter kept, below 1 at
+# every filtered position, and multiplied over a completion: the correction meant for engine noise shrinks each
+# completion by how much the filter cut, most for the long and uncertain ones.
+TOP_P_RATIO_WARNING = (
+    "top_p={top_p}, top_k={top_k} with vllm_importance_sampling_correction: vLLM's log-probs are after the filter, the "
+    "trainer's are not, so every completion's importance ratio shrinks by the probability mass the filter cut (at "
+    "top_p 0.9 the CPU ladder's ratios averaged about 0.5). Set vllm_importance_sampling_correction: false, as "
+    "MemBuilder's published verl recipe runs (no rollout correction), or top_p: 1.0 and top_k: 0.")
 
 
 def accumulation_for(sessions: int, generations: int, micro_batch: int, processes: int = 1) -> int:

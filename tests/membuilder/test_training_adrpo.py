@@ -556,3 +556,19 @@ def test_per_agent_credit_trains_with_each_agent_scored_beside_the_experts_outpu
         _args(tmp_path, credit="shapley")
     with pytest.raises(TypeError, match="expert_action"):
         _trainer(tokenizer, tmp_path, credit="per_agent")
+
+
+def test_vllm_importance_correction_under_top_p_warns_that_it_shrinks_every_completion(tmp_path):
+    """vLLM's log-probs come after top-p, the trainer's do not: the ratio would be the mass top-p cut."""
+    import warnings
+
+    from membuilder.training.adrpo import TOP_P_RATIO_WARNING
+
+    with pytest.warns(UserWarning, match="shrinks by the probability mass the filter cut"):
+        _args(tmp_path, use_vllm=True, top_p=0.9)
+    assert "vllm_importance_sampling_correction: false" in TOP_P_RATIO_WARNING
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*probability mass the filter cut.*")
+        _args(tmp_path, use_vllm=True, top_p=0.9, vllm_importance_sampling_correction=False)  # the published way
+        _args(tmp_path, use_vllm=True, top_p=1.0)  # nothing filtered: the ratio sees engine noise alone
+        _args(tmp_path, use_vllm=False, top_p=0.9)  # the trainer samples and scores alike

@@ -65,6 +65,7 @@ _RL_OVERRIDES = {
     "share_prompt_rows": 2,         # a prompt's completions 2 at a time, shortest first (bench/shared_prompt_loss.py)
     "temperature": 0.8,             # MemBuilder's published sampling (at 1.0 GRPO dropped every Procedural edit)
     "top_p": 0.9,
+    "vllm_importance_sampling_correction": False,  # vLLM's log-probs are after top-p; the trainer's are not
     "learning_rate": 1.0e-4,
     "beta": 0.0,
     "use_vllm": True,               # rollouts from vLLM's CPU engine, colocated in the trainer
