@@ -144,9 +144,13 @@ def test_the_ladders_rl_runs_follow_one_another_in_one_process_each_with_its_own
             curve = CurveCallback(evaluator, every=1, sessions=1, label=run)
             curve.attach(trainer)
             mode = trainer.model.training
+            # the point before any update (the ladder checks it against SFT's own evaluation), then one mid-run
+            curve.on_train_begin(trainer.args, TrainerState(global_step=0, max_steps=2), None, model=trainer.model,
+                                 processing_class=trainer.processing_class)
             curve.on_step_end(trainer.args, TrainerState(global_step=1, max_steps=2), None, model=trainer.model,
                               processing_class=trainer.processing_class)
-            (point,) = curve.points
+            start, point = curve.points
+            assert start["engine"] == "vllm" and start["step"] == 0 and 0.0 <= start["held_out_reward"] <= 1.0
             assert point["engine"] == "vllm" and point["step"] == 1 and 0.0 <= point["held_out_reward"] <= 1.0
             assert trainer.model.training == mode
         # as the ladder does between stages: the closed engine's model is freed, not kept for the process's life

@@ -415,16 +415,19 @@ def test_a_stopped_rl_run_resumes_from_its_last_checkpoint(tiny_path, tmp_path, 
     assert [(c["step"], c["train_reward"] is not None, c["held_out_reward"] is not None)
             for c in progress["curve"]] == [(0, False, True), (1, True, True), (2, True, True)]
     assert progress["curve"][0]["held_out_reward"] == 0.375  # the start's mean over the curve's sessions
+    # beside it, the trainer's own engine before its first update, on the same sessions
+    assert 0.0 <= progress["curve"][0]["engine_start"] <= 1.0
     # what its rollouts wrote, read on the two updates its checkpoint holds (step 2's rollouts come after it)
     assert progress["train_actions"]["steps"] == 2 and progress["train_signal"]["steps"] == 2
     (line,) = progress_lines([progress])
     assert line.startswith("ADRPO seed 0: stopped at step 2 of 3") and "(step 2)" in line
+    assert "Before its first update the trainer's engine scored" in line and "(SFT's evaluation: 0.375)" in line
     plot_curves([], tmp_path / "curves.png", [progress])
     assert (tmp_path / "curves.png").stat().st_size > 10_000
     assert ladder.run_progress(tmp_path / "never-started", "grpo", 0, {}, keys, 3) is None
 
     resumed = curve()
-    assert [p["step"] for p in resumed.points] == [1, 2]  # measured by the first sitting, kept
+    assert [p["step"] for p in resumed.points] == [0, 1, 2]  # measured by the first sitting, kept
     adapter = ladder.train_rl(a, "adrpo", 0, tiny_path, folder, resumed)
     log = json.loads((folder / "log_history.json").read_text())
     assert [e["step"] for e in log if "reward" in e] == [1, 2, 3]

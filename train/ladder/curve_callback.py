@@ -14,7 +14,8 @@ from membuilder.plumbing.json_files import write_json
 class CurveCallback(TrainerCallback):
     """Held-out evidence reward on the first ``sessions`` held-out sessions every ``every`` optimizer
     steps, greedy, from the trainer's vLLM engine where the ladder evaluates on vLLM and the trainer has
-    one, else from the trainer's model; the final step is left to the stage's full evaluation."""
+    one, else from the trainer's model; the final step is left to the stage's full evaluation. A fresh run also
+    measures step 0, before its first update, to check it starts where SFT's own evaluation left it."""
 
     def __init__(self, evaluator, every: int, sessions: int, label: str, path: Path | None = None):
         self.evaluator, self.every, self.label, self.path = evaluator, every, label, path
@@ -38,9 +39,19 @@ class CurveCallback(TrainerCallback):
         generation.sync_weights()
         return VLLMChatModel.from_engine(generation.llm)
 
+    def on_train_begin(self, args, state, control, model=None, processing_class=None, **kw):
+        # Before the first update the trainer's engine holds the SFT policy, so its point must match SFT's own
+        # evaluation on these sessions: a gap means the RL stage does not start where SFT ended (weight sync,
+        # dtype, prompt), and every later point carries that gap.
+        if self.every and state.global_step == 0 and not any(p["step"] == 0 for p in self.points):
+            self._measure(state, model, processing_class)
+
     def on_step_end(self, args, state, control, model=None, processing_class=None, **kw):
         if not self.every or state.global_step % self.every or state.global_step >= state.max_steps:
             return
+        self._measure(state, model, processing_class)
+
+    def _measure(self, state, model, processing_class) -> None:
         was_training = model.training
         scorers = {"evidence": self.evaluator.scorers["evidence"]}
         generator = self._engine_model() or model

@@ -292,8 +292,18 @@ def progress_lines(progress: list[dict[str, Any]]) -> list[str]:
                    f"train reward {_num(sum(train[:10]) / len(train[:10]) if train else None)} over its first "
                    f"{len(train[:10])} steps, {_num(sum(last10) / len(last10) if last10 else None)} over its last "
                    f"{len(last10)}; held-out reward on the curve's sessions "
-                   + ", ".join(f"{v:.3f} (step {s})" for s, v in held) + ".")
+                   + ", ".join(f"{v:.3f} (step {s})" for s, v in held) + "."
+                   + _engine_start(p["curve"]))
     return out
+
+
+def _engine_start(curve: list[dict[str, Any]]) -> str:
+    """The sentence comparing the trainer's engine before its first update with SFT's own evaluation."""
+    start = next((c for c in curve if c["step"] == 0 and c.get("engine_start") is not None), None)
+    if start is None:
+        return ""
+    return (f" Before its first update the trainer's engine scored {start['engine_start']:.3f} on those sessions "
+            f"(SFT's evaluation: {start['held_out_reward']:.3f}).")
 
 
 def paired_lines(runs: list[dict[str, Any]]) -> list[str]:
@@ -417,6 +427,10 @@ def write_results(a, rows: list[dict[str, Any]], seconds: float, argv: list[str]
         md += [f"- {signal_line(*s)}" for s in signals]
         md += [f"- {line}" for line in paired_lines([*rows, *progress])]
     md += action_lines([*rows, *progress], paths["actions"].name)
+    starts = [(r, _engine_start(r["curve"])) for r in rows if r.get("curve")]
+    if any(line for _, line in starts):
+        md += ["", "Where each RL run's engine started, on the curve's held-out sessions:", ""]
+        md += [f"- {r['stage'].upper()} seed {r['seed']}:{line}" for r, line in starts if line]
     if progress:
         md += ["", f"RL runs stopped part-way (resumed by the next `make ladder`; curves in {paths['curves'].name}, "
                    f"points in {paths['progress'].name}):", ""]

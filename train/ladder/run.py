@@ -193,9 +193,14 @@ def make_curve(folder: Path, start: dict[str, Any], end: dict[str, Any], points:
 
 
 def _curve_rows(train: dict[int, float], held: dict[int, float], points: list[dict[str, float]]):
-    """The curve's rows: train reward per step, held-out reward at ``held``'s steps and the callback's points."""
-    held = {**held, **{int(p["step"]): round(p["held_out_reward"], 4) for p in points}}
-    return [{"step": s, "train_reward": train.get(s), "held_out_reward": held.get(s)}
+    """The curve's rows: train reward per step, held-out reward at ``held``'s steps and the callback's points.
+
+    Step 0 stays SFT's own evaluation; the callback's step-0 point (the trainer's engine before any update)
+    goes beside it as ``engine_start``, so a run whose engine does not start where SFT ended shows it."""
+    start = {int(p["step"]): round(p["held_out_reward"], 4) for p in points if int(p["step"]) == 0}
+    held = {**held, **{int(p["step"]): round(p["held_out_reward"], 4) for p in points if int(p["step"])}}
+    return [{"step": s, "train_reward": train.get(s), "held_out_reward": held.get(s),
+             **({"engine_start": start[s]} if s in start else {})}
             for s in sorted(set(train) | set(held))]
 
 
