@@ -389,7 +389,9 @@ class ADRPOTrainer(GRPOTrainer):
         if self.args.redraw_tied and mode == "train":
             totals["reward/redraws"] = (float(draws["redraws"]), 1)
             totals["reward/tied_groups_first_draw"] = (float(draws["first_tied"]), max(1, int(draws["groups"])))
-        tokens = float(output["completion_mask"].sum().item())
+        ids, mask, pad = output["completion_ids"], output["completion_mask"], self.processing_class.pad_token_id
+        # generated tokens, those of cut completions that mask_truncated_completions keeps out of the loss included
+        tokens = float(mask.sum().item()) + sum(float((row != pad).sum()) for row, m in zip(ids, mask) if not m.any())
         generate = max(0.0, elapsed - totals.get("time/score", (0.0, 1))[0])
         totals["time/generate"] = (generate, 1)
         totals["time/tokens_per_s"] = (tokens / max(generate, 1e-9), 1)
@@ -414,8 +416,13 @@ class ADRPOTrainer(GRPOTrainer):
         token ids the loss trains on), the reward and weight it got, and its advantage."""
         reward = self.session_reward
         ids, mask = output["completion_ids"], output["completion_mask"].bool()
-        texts = self.processing_class.batch_decode([row[m].tolist() for row, m in zip(ids, mask, strict=True)],
-                                                   skip_special_tokens=True)
+        # mask_truncated_completions zeroes a cut completion's whole mask (a finished one keeps at least its EOS):
+        # such a row is logged as generated, its tokens told apart from padding, and marked as left out of the loss
+        masked = [not bool(m.any()) for m in mask]
+        pad = self.processing_class.pad_token_id
+        texts = self.processing_class.batch_decode(
+            [(row[row != pad] if out else row[m]).tolist() for row, m, out in zip(ids, mask, masked, strict=True)],
+            skip_special_tokens=True)
         seen: dict[tuple[str, str], int] = defaultdict(int)
         process = self.accelerator.process_index
         lines = []
@@ -426,7 +433,7 @@ class ADRPOTrainer(GRPOTrainer):
                 "num_processes": self.accelerator.num_processes, "session_key": key, "agent": agent,
                 "k": seen[key, agent], "completion": texts[i], "reward": reward.last_rewards[i],
                 "weight": float(output["adrpo_weights"][i]), "advantage": float(output["advantages"][i]),
-                "task_rewarded": reward.last_rewarded[i]}))
+                "task_rewarded": reward.last_rewarded[i], **({"loss_masked": True} if masked[i] else {})}))
             seen[key, agent] += 1
         with open(f"{self.args.rollout_log}.{process}.jsonl", "a", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n")

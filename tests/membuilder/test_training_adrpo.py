@@ -572,3 +572,19 @@ def test_vllm_importance_correction_under_top_p_warns_that_it_shrinks_every_comp
         _args(tmp_path, use_vllm=True, top_p=0.9, vllm_importance_sampling_correction=False)  # the published way
         _args(tmp_path, use_vllm=True, top_p=1.0)  # nothing filtered: the ratio sees engine noise alone
         _args(tmp_path, use_vllm=False, top_p=0.9)  # the trainer samples and scores alike
+
+
+def test_completions_cut_at_the_limit_and_left_out_of_the_loss_are_still_logged_as_generated(tokenizer, tmp_path):
+    # The DAPO option drops a cut completion from the loss by zeroing its mask; the rollout log (what the
+    # ladder's action and signal reports read) must still hold the text the policy wrote, marked as left out.
+    def logged(masked: bool):
+        out = tmp_path / ("masked" if masked else "plain")
+        _trainer(tokenizer, out, max_steps=1, mask_truncated_completions=masked,
+                 rollout_log=str(out / "rollouts")).train()
+        return [json.loads(x) for x in (out / "rollouts.0.jsonl").read_text().splitlines()]
+
+    masked, plain = logged(True), logged(False)
+    assert [r["completion"] for r in masked] == [r["completion"] for r in plain]  # the same seed samples the same
+    cut = [r for r in masked if r.get("loss_masked")]
+    assert cut and all(r["completion"] for r in cut)  # a random tiny model seldom stops within 12 tokens
+    assert not any(r.get("loss_masked") for r in plain)
