@@ -15,6 +15,7 @@ from train.ladder.policy_actions import (
     held_out_line,
     kind,
     plot_actions,
+    push_line,
     rollout_actions,
     rollout_line,
 )
@@ -84,11 +85,11 @@ def _log(folder, steps):
     lines = []
     for step, by_agent in steps.items():
         for agent, rollouts in by_agent.items():
-            for k, (completion, advantage) in enumerate(rollouts):
+            for k, (completion, advantage, *masked) in enumerate(rollouts):
                 lines.append({"mode": "train", "step": step, "batch": 0, "process": 0, "num_processes": 1,
                               "session_key": f"u/p0-s{step}", "agent": agent, "k": k, "completion": completion,
                               "reward": 0.5 + advantage / 4, "weight": 1.0, "advantage": advantage,
-                              "task_rewarded": True})
+                              "task_rewarded": True, **({"loss_masked": True} if masked and masked[0] else {})})
     lines.append({"mode": "eval", "step": 1, "session_key": "held/p0-s0", "agent": "semantic", "reward": 1.0,
                   "completion": UPDATE})  # evaluation records are not rollouts of the run
     (folder / "rollouts.0.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
@@ -128,6 +129,31 @@ def test_rollouts_show_which_kind_the_run_moved_to_and_which_the_advantages_favo
     gap = gap_line("adrpo", 0, actions)
     assert gap.startswith("ADRPO seed 0, reward of an edit minus new memory only, within the groups")
     assert "semantic -0.500 [-0.500, -0.500] over 4 groups" in gap and "episodic" not in gap
+
+
+def test_failed_writes_push_the_choice_to_write_at_all_unless_left_out_of_the_loss(tmp_path):
+    # Per group: a valid ADD (+1.0), an empty list (+0.5) and a write cut at the token limit (-1.5). The cut write
+    # begins as the ADD does, so the choice to write gets +1.0 - 1.5: the update favours writing nothing.
+    cut = '{"operations": [{"action": "ADD", "memory": "Walks the dog, walks the dog, walks the'
+    empty = '{"operations": []}'
+
+    def push(masked):
+        folder = tmp_path / str(masked)
+        folder.mkdir(exist_ok=True)
+        _log(folder, {s: {"procedural": [(ADD, 1.0), (empty, 0.5), (cut, -1.5, masked)]} for s in range(2)})
+        return rollout_actions(folder)
+
+    plain = push(False)["agents"]["procedural"]["write_push"]
+    assert plain == {"groups": 2, "valid": 1.0, "failed": -1.5, "writing": -0.5, "nothing": 0.5, "left_out": 0}
+    line = push_line("grpo", 0, push(False))
+    assert line.startswith("GRPO seed 0, summed advantage on writing at all per group")
+    assert "procedural -0.50 (valid writes +1.00, failed -1.50)" in line
+    # mask_truncated_completions keeps the cut write out of the loss: writing is pushed up
+    masked = push(True)
+    assert masked["agents"]["procedural"]["write_push"] == {"groups": 2, "valid": 1.0, "failed": 0.0, "writing": 1.0,
+                                                            "nothing": 0.5, "left_out": 2}
+    assert "procedural +1.00 (valid writes +1.00, failed +0.00, 2 cut rollouts left out of the loss)" in push_line(
+        "grpo", 0, masked)
 
 
 def test_the_plot_draws_each_runs_edit_share_against_sft(tmp_path):

@@ -15,7 +15,7 @@ import argparse
 from pathlib import Path
 
 from membuilder.plumbing.json_files import write_json
-from train.ladder.policy_actions import gap_line, plot_actions, rollout_actions, rollout_line
+from train.ladder.policy_actions import gap_line, plot_actions, push_line, rollout_actions, rollout_line
 from train.ladder.rl_signal import ROLLOUT_GLOB, rl_signal, rollout_logs, signal_line
 
 
@@ -28,6 +28,8 @@ def inspect(folder: Path, name: str = "run", window: int | None = None, bucket: 
     print(rollout_line(name, None, out["train_actions"]))
     if gap := gap_line(name, None, out["train_actions"]):
         print(gap)
+    if push := push_line(name, None, out["train_actions"]):
+        print(push)
     write_json(folder / "inspect.json", out)
     plot_actions([{"stage": name, "label": name, "seed": None, "train_actions": out["train_actions"]}],
                  folder / "actions.png")

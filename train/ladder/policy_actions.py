@@ -14,6 +14,9 @@ Read off a stage's held-out outputs (greedy; ``held_out_actions``) and off an RL
 (sampled; ``rollout_actions``), where each kind's mean advantage says which way the gradient pushed it.
 ``edit_gap`` asks the reward itself: where one group (an agent's G rollouts of one session) sampled both an
 edit and new memory only, how much more the edits earned. Near zero, RL has no reason to keep editing.
+``write_push`` reads the first choice an output makes, to write or not: a failed write (invalid, or cut at the
+token limit) begins as a valid one does, so its negative advantage lowers the odds of writing at all, and a
+group's advantages sum to zero, so what writing loses there, writing nothing gains.
 """
 
 from __future__ import annotations
@@ -110,6 +113,25 @@ def edit_gap(records: list[dict[str, Any]]) -> dict[str, Any] | None:
     return {"mean": round(sum(gaps) / len(gaps), 4), "ci": bootstrap_ci(gaps), "groups": len(gaps)}
 
 
+def write_push(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The advantage the loss puts on writing at all, per group (one step, session and agent) on average: summed
+    over the valid writes (``new`` and ``edit``), over the failed ones (``invalid``) and over ``nothing``, counting
+    only rollouts in the loss (``mask_truncated_completions`` leaves cut ones out: ``left_out``). The first tokens
+    of every write are alike, so at that choice the push on writing is ``valid + failed`` (= -``nothing`` where
+    every rollout is in the loss). None without rollouts."""
+    groups = {(r["step"], r["session"]) for r in records}
+    if not groups:
+        return None
+    in_loss = [r for r in records if not r.get("loss_masked")]
+
+    def per_group(kinds: tuple[str, ...]) -> float:
+        return round(sum(r["advantage"] for r in in_loss if r["kind"] in kinds) / len(groups), 4)
+
+    valid, failed = per_group(("new", "edit")), per_group(("invalid",))
+    return {"groups": len(groups), "valid": valid, "failed": failed, "writing": round(valid + failed, 4),
+            "nothing": per_group(("nothing",)), "left_out": sum(r.get("loss_masked", False) for r in records)}
+
+
 def rollout_actions(folder: Path, bucket: int = 5, window: int | None = None,
                     until: int | None = None) -> dict[str, Any] | None:
     """Per agent: the kinds' shares over the first and the last ``window`` steps (default: a quarter of the run)
@@ -136,6 +158,7 @@ def rollout_actions(folder: Path, bucket: int = 5, window: int | None = None,
             "edit_share": [{"step": min((b + 1) * bucket, steps[-1] + 1), "share": round(v.count("edit") / len(v), 4)}
                            for b, v in sorted(by_bucket.items())],
             "edit_minus_new": edit_gap(mine),  # over the whole run: the reward is the same at every step
+            "write_push": write_push(mine),
         }
     return out
 
@@ -180,6 +203,21 @@ def gap_line(stage: str, seed: int | None, actions: dict[str, Any]) -> str | Non
         return None
     return (f"{stage.upper()}{'' if seed is None else f' seed {seed}'}, reward of an edit minus new memory only, "
             "within the groups that sampled both (95% bootstrap over groups): " + "; ".join(parts))
+
+
+def push_line(stage: str, seed: int | None, actions: dict[str, Any]) -> str | None:
+    """One readable line of each agent's ``write_push``; None where no agent has one."""
+    parts = []
+    for agent, a in actions["agents"].items():
+        push = a.get("write_push")
+        if push:
+            left = f", {push['left_out']} cut rollouts left out of the loss" if push["left_out"] else ""
+            parts.append(f"{agent} {push['writing']:+.2f} (valid writes {push['valid']:+.2f}, failed "
+                         f"{push['failed']:+.2f}{left})")
+    if not parts:
+        return None
+    return (f"{stage.upper()}{'' if seed is None else f' seed {seed}'}, summed advantage on writing at all per group "
+            "(below 0, the update makes writing nothing likelier): " + "; ".join(parts))
 
 
 def plot_actions(runs: list[dict[str, Any]], path: Path) -> None:

@@ -15,7 +15,8 @@ from membuilder.plumbing import stats
 from membuilder.plumbing.json_files import atomic_write_text, write_json
 from membuilder.plumbing.stats import against_zero, bootstrap_ci, separated
 from train.ladder import pooled
-from train.ladder.policy_actions import EDIT_NAMES, gap_line, held_out_line, plot_actions, rollout_line
+from train.ladder.policy_actions import (EDIT_NAMES, gap_line, held_out_line, plot_actions, push_line,
+                                         rollout_line)
 from train.ladder.rl_signal import paired_line, signal_line
 from train.ladder.settings import OUTPUT_OPTIONS, RL_STAGES, STAGES
 from train.ladder.stage_tables import stage_tables
@@ -319,6 +320,8 @@ def action_lines(runs: list[dict[str, Any]], plot_name: str) -> list[str]:
     train = [rollout_line(r["stage"], r["seed"], r["train_actions"]) for r in runs if r.get("train_actions")]
     train += [line for r in runs if r.get("train_actions")
               if (line := gap_line(r["stage"], r["seed"], r["train_actions"]))]
+    train += [line for r in runs if r.get("train_actions")
+              if (line := push_line(r["stage"], r["seed"], r["train_actions"]))]
     if not held and not train:
         return []
     return ["", f"What the policies write (`train.ladder.policy_actions`): each output is new memory only (ADD, APPEND), "

@@ -68,7 +68,8 @@ def read_rollouts(folder: Path) -> list[dict[str, Any]]:
                     records.append({"step": int(record["step"]), "session": record["session_key"],
                                     "agent": record["agent"], "reward": float(record["reward"]),
                                     "completion": record.get("completion"), "k": record.get("k"),
-                                    "advantage": float(record.get("advantage") or 0.0)})
+                                    "advantage": float(record.get("advantage") or 0.0),
+                                    "loss_masked": bool(record.get("loss_masked", False))})
             except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
                 raise ValueError(f"{path}: line {number} is not a rollout record with step, session_key, agent "
                                  f"and reward ({err})") from err
