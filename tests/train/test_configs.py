@@ -124,6 +124,7 @@ def test_ladder_defaults_equal_its_yaml_and_its_stages_build(tiny_chat_path, tmp
     args = trainer.args
     assert (args.num_generations, args.temperature, args.top_p, args.share_prompt) == (8, 0.8, 0.9, True)
     assert not args.vllm_importance_sampling_correction  # vLLM's log-probs are after top-p, the trainer's are not
+    assert args.mask_truncated_completions and args.learning_rate == 3e-5  # train/ladder/README.md, the mask run
     # four sessions per generation batch (and optimizer step), one agent prompt per micro-batch
     assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (args.num_generations, 16)
     assert args.generation_batch_size == 16 * args.num_generations
