@@ -159,6 +159,18 @@ TOP_P_RATIO_WARNING = (
     "MemBuilder's published verl recipe runs (no rollout correction), or top_p: 1.0 and top_k: 0.")
 
 
+def generated_rows(output: dict[str, Any], pad_token_id: int | None) -> tuple[list[torch.Tensor], list[bool]]:
+    """Each completion's generated token ids, and whether the loss leaves it out. TRL's
+    mask_truncated_completions zeroes a cut completion's whole mask (a finished one keeps at least its EOS), so
+    such a row is read from its ids, told apart from padding."""
+    rows, out = [], []
+    for row, m in zip(output["completion_ids"], output["completion_mask"].bool(), strict=True):
+        masked = not bool(m.any())
+        rows.append(row[row != pad_token_id] if masked else row[m])
+        out.append(masked)
+    return rows, out
+
+
 def accumulation_for(sessions: int, generations: int, micro_batch: int, processes: int = 1) -> int:
     """gradient_accumulation_steps that make one optimizer step hold ``sessions`` whole sessions."""
     if not isinstance(sessions, int) or sessions < 1:
@@ -389,9 +401,8 @@ class ADRPOTrainer(GRPOTrainer):
         if self.args.redraw_tied and mode == "train":
             totals["reward/redraws"] = (float(draws["redraws"]), 1)
             totals["reward/tied_groups_first_draw"] = (float(draws["first_tied"]), max(1, int(draws["groups"])))
-        ids, mask, pad = output["completion_ids"], output["completion_mask"], self.processing_class.pad_token_id
-        # generated tokens, those of cut completions that mask_truncated_completions keeps out of the loss included
-        tokens = float(mask.sum().item()) + sum(float((row != pad).sum()) for row, m in zip(ids, mask) if not m.any())
+        rows, _ = generated_rows(output, self.processing_class.pad_token_id)
+        tokens = float(sum(len(r) for r in rows))  # cut completions left out of the loss included
         generate = max(0.0, elapsed - totals.get("time/score", (0.0, 1))[0])
         totals["time/generate"] = (generate, 1)
         totals["time/tokens_per_s"] = (tokens / max(generate, 1e-9), 1)
@@ -415,14 +426,9 @@ class ADRPOTrainer(GRPOTrainer):
         """One JSON line per completion of this process's batch: what was generated (decoded from the
         token ids the loss trains on), the reward and weight it got, and its advantage."""
         reward = self.session_reward
-        ids, mask = output["completion_ids"], output["completion_mask"].bool()
-        # mask_truncated_completions zeroes a cut completion's whole mask (a finished one keeps at least its EOS):
-        # such a row is logged as generated, its tokens told apart from padding, and marked as left out of the loss
-        masked = [not bool(m.any()) for m in mask]
-        pad = self.processing_class.pad_token_id
-        texts = self.processing_class.batch_decode(
-            [(row[row != pad] if out else row[m]).tolist() for row, m, out in zip(ids, mask, masked, strict=True)],
-            skip_special_tokens=True)
+        # a completion left out of the loss is logged as generated, and marked so
+        rows, masked = generated_rows(output, self.processing_class.pad_token_id)
+        texts = self.processing_class.batch_decode([r.tolist() for r in rows], skip_special_tokens=True)
         seen: dict[tuple[str, str], int] = defaultdict(int)
         process = self.accelerator.process_index
         lines = []

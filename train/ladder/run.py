@@ -197,10 +197,10 @@ def _curve_rows(train: dict[int, float], held: dict[int, float], points: list[di
 
     Step 0 stays SFT's own evaluation; the callback's step-0 point (the trainer's engine before any update)
     goes beside it as ``engine_start``, so a run whose engine does not start where SFT ended shows it."""
-    start = {int(p["step"]): round(p["held_out_reward"], 4) for p in points if int(p["step"]) == 0}
+    start = next((round(p["held_out_reward"], 4) for p in points if int(p["step"]) == 0), None)
     held = {**held, **{int(p["step"]): round(p["held_out_reward"], 4) for p in points if int(p["step"])}}
     return [{"step": s, "train_reward": train.get(s), "held_out_reward": held.get(s),
-             **({"engine_start": start[s]} if s in start else {})}
+             **({"engine_start": start} if s == 0 and start is not None else {})}
             for s in sorted(set(train) | set(held))]
 
 
