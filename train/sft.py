@@ -60,6 +60,8 @@ class SFTScriptArgs(EnvArgs, BenchmarkEvalArgs):
     drop_unseen_quotes: bool = field(default=False, metadata={
         "help": "Leave out rows whose expert output edits an entry the cut prompt does not show (it would teach "
                 "the policy to invent what it edits)."})
+    empty_memory_repeats: int = field(default=1, metadata={
+        "help": "Take the rows of each session that starts from an empty memory (a user's first) this many times."})
 
 
 def sft_records(args: SFTScriptArgs):
@@ -98,12 +100,14 @@ def build(argv=None):
     records = sft_records(script)
     dropped: list[dict] = []
     rows = sft_rows(records, length=token_counter(tokenizer), max_prompt_tokens=script.max_prompt_tokens,
-                    keep_empty=script.keep_empty_rows, drop_unseen_quotes=script.drop_unseen_quotes, dropped=dropped)
+                    keep_empty=script.keep_empty_rows, drop_unseen_quotes=script.drop_unseen_quotes, dropped=dropped,
+                    empty_memory_repeats=script.empty_memory_repeats)
     if script.dataset_jsonl:
         write_jsonl(rows, script.dataset_jsonl)
     dataset = to_dataset(rows)
     per_agent = Counter(d["agent"] for d in dropped)
-    print(f"SFT rows: {len(dataset)} of {len(records)} sessions x 4 agents (keep_empty_rows {script.keep_empty_rows}); "
+    print(f"SFT rows: {len(dataset)} of {len(records)} sessions x 4 agents (keep_empty_rows {script.keep_empty_rows}, "
+          f"empty_memory_repeats {script.empty_memory_repeats}); "
           f"{len(dropped)} left out for editing an entry their prompt does not show "
           f"({', '.join(f'{a} {n}' for a, n in sorted(per_agent.items())) or 'none'})")
     trainer = build_sft_trainer(model, tokenizer, dataset, sft_args, peft_config=peft_from(model_args, model))

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from membuilder.agents.constructor import MemBuilderPolicy, build_observation, render_prompt
+from membuilder.agents.constructor import OBS_CORE, MemBuilderPolicy, build_observation, render_prompt
 from membuilder.llm.base import Sampling
 from membuilder.memory.ops import AGENTS, parse, quoted_texts
 from membuilder.plumbing.json_files import atomic_write_text
@@ -154,7 +154,8 @@ def unseen_quotes(agent: str, output: str, prompt: Sequence[Mapping[str, str]]) 
 
 def sft_rows(records: Iterable[Mapping[str, Any]], agents: Sequence[str] = AGENTS, length: PromptLength | None = None,
              max_prompt_tokens: int | None = None, keep_empty: float = 1.0,
-             drop_unseen_quotes: bool = False, dropped: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+             drop_unseen_quotes: bool = False, dropped: list[dict[str, Any]] | None = None,
+             empty_memory_repeats: int = 1) -> list[dict[str, Any]]:
     """One chat row per (session, agent): the agent's prompt, then the expert's output as the assistant turn.
 
     With ``length`` and ``max_prompt_tokens`` the prompt is cut exactly as RL and the held-out
@@ -164,9 +165,14 @@ def sft_rows(records: Iterable[Mapping[str, Any]], agents: Sequence[str] = AGENT
     ``drop_unseen_quotes`` leaves out a row whose expert output edits an entry its (cut) prompt does not show
     (``unseen_quotes``): the expert knows its whole bank, the policy only the view, so such a row teaches it to
     invent the text it edits. Each row left out for it is appended to ``dropped`` when given.
+    ``empty_memory_repeats`` takes the rows of a session that starts from an empty memory (a user's first) that
+    many times: a user has one such session among dozens, so a small policy learns the editing actions of
+    later sessions and writes REPLACE or UPDATE on a memory that holds nothing.
     """
     if not 0.0 <= keep_empty <= 1.0:
         raise ValueError(f"keep_empty must be in [0, 1], got {keep_empty}")
+    if empty_memory_repeats < 1:
+        raise ValueError(f"empty_memory_repeats must be at least 1, got {empty_memory_repeats}")
     rows = []
     for r in records:
         for agent in agents:
@@ -179,9 +185,14 @@ def sft_rows(records: Iterable[Mapping[str, Any]], agents: Sequence[str] = AGENT
                     dropped.append({"session_key": r["key"], "agent": agent, "unseen": unseen})
                 continue
             messages = prompt + [{"role": "assistant", "content": r["outputs"][agent]}]
-            rows.append({"messages": messages, "session_key": r["key"], "agent": agent,
-                         "source": r.get("source", "expert")})
+            row = {"messages": messages, "session_key": r["key"], "agent": agent, "source": r.get("source", "expert")}
+            rows += [row] * (empty_memory_repeats if starts_empty(r["observation"]) else 1)
     return rows
+
+
+def starts_empty(observation: Mapping[str, Any]) -> bool:
+    """True when an observation shows no memory at all: Core holds nothing and no agent's view an entry."""
+    return not observation.get(OBS_CORE) and not any(observation.get(agent) for agent in AGENTS[1:])
 
 
 def to_dataset(rows: Sequence[Mapping[str, Any]]):

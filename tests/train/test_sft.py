@@ -96,6 +96,29 @@ def test_keep_empty_rows_drops_a_stable_share_of_answers_that_write_nothing():
         sft_rows(records, keep_empty=1.5)
 
 
+def test_first_session_rows_that_see_an_empty_memory_can_be_taken_several_times():
+    """A user has one session whose agents see an empty memory; held-out periods start with one, and a
+    policy that saw almost none writes REPLACE on an empty Core. ``empty_memory_repeats`` weighs them up."""
+    from membuilder.memory.ops import parse
+    from membuilder.training.trajectories import starts_empty
+
+    records = expert_records(CONFIG, [0, 1], limit=4)
+    once = sft_rows(records)
+    thrice = sft_rows(records, empty_memory_repeats=3)
+    first = {x["key"] for x in records if starts_empty(x["observation"])}
+    assert first == {records[0]["key"], records[4]["key"]}  # each user's first session, and only those
+    empty = [r for r in once if r["session_key"] in first]
+    assert {r["agent"] for r in empty} >= {"core", "semantic"}
+    assert all("(empty)" in r["messages"][1]["content"] for r in empty if r["agent"] == "core")
+    assert len(thrice) == len(once) + 2 * len(empty)
+    assert [r for r in thrice if r not in empty] == [r for r in once if r not in empty]  # the rest keep their order
+    # what the repeats teach: on an empty Core the expert appends, it never replaces
+    assert {type(op).__name__ for r in empty if r["agent"] == "core"
+            for op in parse("core", r["messages"][-1]["content"]).ops} == {"CoreAppend"}
+    with pytest.raises(ValueError, match="empty_memory_repeats"):
+        sft_rows(records, empty_memory_repeats=0)
+
+
 def test_rows_whose_edit_quotes_text_the_prompt_hides_are_left_out():
     """The expert knows its whole bank; a row whose UPDATE or REPLACE quotes an entry the (cut) prompt does not
     show would teach the policy to invent what it edits, so SFT can leave it out and says which."""
