@@ -109,3 +109,30 @@ def test_rl_made_under_the_old_parse_rule_is_not_resumed_but_its_sft_stage_is_ta
         check_work_dir(a, old)
     # an ablation may still start from its SFT stage: SFT trains on the expert's outputs, valid under every rule
     assert rl_only("ops_schema")
+
+
+def test_a_ladder_with_more_held_out_sessions_takes_sft_but_evaluates_it_again(tmp_path):
+    """The held-out size decides only the evaluations: a ladder that doubles it may start from another's SFT
+    stage, and the SFT evaluation copied with it (over fewer sessions) is made again, not reused."""
+    from train.ladder.work_folder import take_sft
+
+    small = parse_args(_argv(tmp_path))
+    check_work_dir(small, tmp_path / "work")
+    few = Evaluator(small, tmp_path / "work")
+    _cache(few, "sft", {k: few.scorers["evidence"].expert_action(k) for k in few.keys})
+    adapter = tmp_path / "work" / "sft" / "policy" / "adapter"
+    adapter.mkdir(parents=True)
+    (adapter / "adapter_config.json").write_text("{}")
+
+    big = parse_args([*_argv(tmp_path), "--eval_sessions_per_user", "4", "--work_dir", str(tmp_path / "big"),
+                      "--sft_from", str(tmp_path / "work")])
+    take_sft(big, tmp_path / "big")
+    more = Evaluator(big, tmp_path / "big")
+    assert len(more.keys) == 4 and set(few.keys) < set(more.keys)
+    copied = json.loads(more.cache("sft").read_text())
+    assert not more.same_sessions(copied) and few.same_sessions(copied)
+    # anything SFT trains under still has to match
+    other = parse_args([*_argv(tmp_path), "--work_dir", str(tmp_path / "lr"), "--sft_from", str(tmp_path / "work"),
+                        "--set", "stages.sft.overrides.learning_rate=0.5"])
+    with pytest.raises(SystemExit, match="Only the RL settings.*held-out size"):
+        take_sft(other, tmp_path / "lr")

@@ -126,11 +126,13 @@ class Evaluator:
         return res
 
     def same_sessions(self, res: dict[str, Any]) -> bool:
-        """Whether a cached evaluation scored this ladder's held-out sessions with its reward: made with its pick
-        (one cached before evaluations recorded their pick took the first sessions) and answer mode (before they
-        recorded it, evidence)."""
+        """Whether a cached evaluation scored this ladder's held-out sessions with its reward: the same sessions
+        (one copied from a ladder with fewer held-out sessions is made again), made with its pick (one cached before
+        evaluations recorded their pick took the first sessions) and answer mode (before they recorded it,
+        evidence)."""
         return (res.get("session_pick", "first") == self.a.eval_session_pick
-                and res.get("reward_mode", "evidence") == self.reward_mode)
+                and res.get("reward_mode", "evidence") == self.reward_mode
+                and res.get("session_keys", self.keys) == self.keys)
 
     @staticmethod
     def same_schema(res: dict[str, Any]) -> bool:

@@ -42,6 +42,17 @@ def rl_only(key: str) -> bool:
         key.startswith(f"stages.{s}.") for s in RL_STAGES)
 
 
+# Settings only the held-out evaluations depend on, never SFT's training: a ladder may take its SFT stage from a
+# folder that evaluated on fewer held-out sessions, and an evaluation copied over other sessions is made again
+# (``Evaluator.same_sessions`` compares the session keys).
+EVAL_ONLY = ("eval_sessions_per_user",)
+
+
+def sft_shared(key: str) -> bool:
+    """Whether a ladder taking another's SFT stage (``--sft_from``) may differ in a setting."""
+    return rl_only(key) or key in EVAL_ONLY
+
+
 def work_settings(a: LadderArgs) -> dict[str, Any]:
     """What the stages and caches in ``work_dir`` depend on, one dotted name per field (``stages.sft.overrides.
     learning_rate``): the ladder's settings and the text of the stage and world configs they read."""
@@ -120,12 +131,12 @@ def take_sft(a: LadderArgs, work: Path) -> None:
     if not made.exists():
         raise SystemExit(f"sft_from {src}: no settings.json there, so it is not a ladder's work folder")
     theirs, ours = made_settings(made), work_settings(a)
-    changed = sorted(k for k in set(theirs) | set(ours) if not rl_only(k) and theirs.get(k) != ours.get(k))
+    changed = sorted(k for k in set(theirs) | set(ours) if not sft_shared(k) and theirs.get(k) != ours.get(k))
     if changed:
         raise SystemExit(f"sft_from {src} trained SFT or evaluated under other settings ({made}): "
                          + "; ".join(f"{k} {theirs.get(k)!r} there, {ours.get(k)!r} here" for k in changed)
                          + ". Only the RL settings may differ: stages." + ", stages.".join(RL_STAGES)
-                         + ", curve_every, curve_sessions.")
+                         + ", curve_every, curve_sessions, and the held-out size (" + ", ".join(EVAL_ONLY) + ").")
     if not (src / "sft" / "policy" / "adapter" / "adapter_config.json").exists():
         raise SystemExit(f"sft_from {src}: its SFT stage has not finished (no sft/policy/adapter)")
     if (work / "sft").exists():
