@@ -81,7 +81,8 @@ def _default_stages() -> dict[str, Any]:
         "sft": {"config": "configs/train/sft_smollm2_cpu.yaml", "overrides": {
             "seed": 0, "max_sessions_per_user": 20, "session_pick": "every_period", "num_train_epochs": 1.0,
             "learning_rate": 1.0e-3, "gradient_accumulation_steps": 4, "keep_empty_rows": 0.25,
-            "drop_unseen_quotes": True, "save_strategy": "steps", "save_steps": 10, "save_total_limit": 1}},
+            "drop_unseen_quotes": True, "empty_memory_repeats": 4, "save_strategy": "steps", "save_steps": 10,
+            "save_total_limit": 1}},
         "adrpo": {**rl, "overrides": {**_RL_OVERRIDES, "env_overrides": {"alpha": ALPHA, "attribution": "evidence"}}},
         "grpo": {**rl, "overrides": {**_RL_OVERRIDES, "env_overrides": {"alpha": 1.0}}},
         "adrpo_retrieval": {**rl, "overrides": {**_RL_OVERRIDES, "env_overrides": {"alpha": ALPHA,
@@ -125,7 +126,7 @@ class LadderArgs:
     train_users: str = field(default="0-7", metadata={"help": "Users whose sessions SFT and RL see (each stage's "
                                                               "`users`)."})
     held_out_users: str = field(default="8-15", metadata={"help": "Users only evaluated on."})
-    eval_sessions_per_user: int = field(default=6, metadata={
+    eval_sessions_per_user: int = field(default=12, metadata={
         "help": "Held-out sessions of each held-out user (which: eval_session_pick)."})
     eval_session_pick: str = field(default="every_period", metadata={
         "help": "Which eval_sessions_per_user sessions of each held-out user are evaluated: 'every_period' (spread "
