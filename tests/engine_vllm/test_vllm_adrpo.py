@@ -141,7 +141,7 @@ def test_the_ladders_rl_runs_follow_one_another_in_one_process_each_with_its_own
 
             evaluator = Evaluator(LadderArgs(held_out_users="8", eval_sessions_per_user=1, max_completion_tokens=16),
                                   tmp_path / "work")
-            curve = CurveCallback(evaluator, every=1, sessions=1, label=run)
+            curve = CurveCallback(evaluator, every=1, label=run)
             curve.attach(trainer)
             mode = trainer.model.training
             # the point before any update (the ladder checks it against SFT's own evaluation), then one mid-run

@@ -396,7 +396,7 @@ def test_a_stopped_rl_run_resumes_from_its_last_checkpoint(tiny_path, tmp_path, 
     folder = tmp_path / "rl"
 
     def curve():
-        return CurveCallback(evaluate, 1, 2, "resumed", folder / "curve_points.partial.json")
+        return CurveCallback(evaluate, 1, "resumed", folder / "curve_points.partial.json")
 
     with pytest.raises(_Stopped):
         ladder.train_rl(a, "adrpo", 0, tiny_path, folder, curve(), callbacks=[StopMidStep3()])

@@ -136,3 +136,25 @@ def test_a_ladder_with_more_held_out_sessions_takes_sft_but_evaluates_it_again(t
                         "--set", "stages.sft.overrides.learning_rate=0.5"])
     with pytest.raises(SystemExit, match="Only the RL settings.*held-out size"):
         take_sft(other, tmp_path / "lr")
+
+
+def test_the_curve_scores_sessions_spread_over_users_unless_a_folder_took_the_first(tmp_path):
+    """With 12 held-out sessions a user, a curve of the list's first 12 would score one user; it takes sessions
+    evenly spaced through the list. A folder made before the setting scored the first ones and keeps doing so."""
+    from train.ladder.work_folder import made_settings
+
+    argv = [*_argv(tmp_path), "--held_out_users", "2-3", "--curve_sessions", "2"]
+    spread = Evaluator(parse_args(argv), tmp_path / "work")
+    keys = spread.keys
+    assert len(keys) == 4 and len({k.split("/")[0] for k in keys}) == 2
+    assert spread.curve_keys() == [keys[0], keys[2]]  # one session of each user
+    first = Evaluator(parse_args([*argv, "--curve_pick", "first"]), tmp_path / "work")
+    assert first.curve_keys() == keys[:2] and {k.split("/")[0] for k in first.curve_keys()} == {keys[0].split("/")[0]}
+    with pytest.raises(ValueError, match="curve_pick 'last'"):
+        parse_args([*argv, "--curve_pick", "last"])
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "settings.json").write_text(json.dumps({k: v for k, v in work_settings(parse_args(argv)).items()
+                                                   if k != "curve_pick"}))
+    assert made_settings(old / "settings.json")["curve_pick"] == "first"
+    assert rl_only("curve_pick")

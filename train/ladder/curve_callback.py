@@ -12,14 +12,14 @@ from membuilder.plumbing.json_files import write_json
 
 
 class CurveCallback(TrainerCallback):
-    """Held-out evidence reward on the first ``sessions`` held-out sessions every ``every`` optimizer
+    """Held-out evidence reward on the curve's held-out sessions (``Evaluator.curve_keys``) every ``every`` optimizer
     steps, greedy, from the trainer's vLLM engine where the ladder evaluates on vLLM and the trainer has
     one, else from the trainer's model; the final step is left to the stage's full evaluation. A fresh run also
     measures step 0, before its first update, to check it starts where SFT's own evaluation left it."""
 
-    def __init__(self, evaluator, every: int, sessions: int, label: str, path: Path | None = None):
+    def __init__(self, evaluator, every: int, label: str, path: Path | None = None):
         self.evaluator, self.every, self.label, self.path = evaluator, every, label, path
-        self.keys = evaluator.keys[:sessions]
+        self.keys = evaluator.curve_keys()
         self.pick = evaluator.a.eval_session_pick
         # a resumed run keeps the points its earlier sittings measured on the same held-out sessions
         self.points: list[dict[str, float]] = same_pick(json.loads(path.read_text(encoding="utf-8"))

@@ -62,6 +62,15 @@ class Evaluator:
         self.a, self.work = a, work
         self._world = None
 
+    def curve_keys(self) -> list[str]:
+        """The held-out sessions each curve point scores (``curve_sessions`` of them, by ``curve_pick``): evenly
+        spaced through the list, which runs user by user, so a curve of 12 points on 96 sessions sees every user
+        and period rather than one user's sessions."""
+        n = min(self.a.curve_sessions, len(self.keys))
+        if self.a.curve_pick == "first" or n == 0:
+            return self.keys[:n]
+        return [self.keys[i * len(self.keys) // n] for i in range(n)]
+
     def generate(self, model, tokenizer, keys, label: str, scorers=None) -> dict[str, Any]:
         bar = tqdm(total=4 * len(keys), desc=f"evaluate {label}", unit="output", leave=False)
         res = evaluate_policy(model, tokenizer, scorers or self.scorers, keys,

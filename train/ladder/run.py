@@ -18,7 +18,7 @@ Every stage is evaluated on held-out users of the same world (never in SFT or RL
   stage's policy, on a small world of its own users, with a 95% bootstrap interval over
   (user, period) cells;
 * during RL, a learning curve: the train reward of every step and the held-out reward on the
-  first ``curve_sessions`` held-out sessions every ``curve_every`` steps.
+  ``curve_sessions`` held-out sessions (``curve_pick``) every ``curve_every`` steps.
 
 Writes ``results/ladder.json`` (one row per stage and seed), ``results/ladder.md`` (tables,
 command, config, timings), ``results/ladder.png`` and ``results/ladder_curves.png`` after every
@@ -384,19 +384,19 @@ def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
         for stage in (s for s in RL_STAGES if s in a.rl_stages and seed in a.seeds_of(s)):
             folder = work / f"seed{seed}" / stage
             if a.report_only and not _finished(evaluate, folder, f"{stage}-{seed}"):
-                partial = run_progress(folder, stage, seed, sft_res, evaluate.keys[:a.curve_sessions], steps[stage],
+                partial = run_progress(folder, stage, seed, sft_res, evaluate.curve_keys(), steps[stage],
                                        a.eval_session_pick)
                 if partial:
                     progress.append(partial)
                 continue
-            curve = CurveCallback(evaluate, a.curve_every, a.curve_sessions, f"{stage} seed {seed}",
+            curve = CurveCallback(evaluate, a.curve_every, f"{stage} seed {seed}",
                                   folder / "curve_points.partial.json")
             t = time.perf_counter()
             policy = train_rl(a, stage, seed, sft_policy, folder, curve)
             timings.setdefault(f"{stage}/{seed}", _train_seconds(folder, time.perf_counter() - t))
             points = same_pick(cached_json(folder / "curve_points.json", lambda c=curve: c.points), a.eval_session_pick)
             res = evaluate.cached(policy, f"{stage} seed {seed}", f"{stage}-{seed}")
-            curve_rows = make_curve(folder, sft_res, res, points, evaluate.keys[:a.curve_sessions], steps[stage])
+            curve_rows = make_curve(folder, sft_res, res, points, evaluate.curve_keys(), steps[stage])
             rows.append(row(stage, seed, res, evaluate.users, timings[f"{stage}/{seed}"], curve_rows,
                             rl_signal(folder), rollout_actions(folder), a.alpha(stage), a.attribution(stage),
                             changed, time_split(folder), a.credit(stage), vs_expert(res), machine.read(folder)))

@@ -75,6 +75,9 @@ _RL_OVERRIDES = {
 }
 
 
+CURVE_PICKS = ("spread", "first")
+
+
 def _default_stages() -> dict[str, Any]:
     rl = {"config": "configs/train/adrpo_smollm2_cpu.yaml"}
     return {
@@ -168,6 +171,9 @@ class LadderArgs:
                 "`max_prompt_tokens`) and the evaluation."})
     curve_every: int = field(default=6, metadata={"help": "Held-out reward every N RL steps (0: only at the end)."})
     curve_sessions: int = field(default=12, metadata={"help": "Held-out sessions of each curve point."})
+    curve_pick: str = field(default="spread", metadata={
+        "help": "Which curve_sessions held-out sessions each curve point scores: 'spread' (evenly spaced through the "
+                "held-out list, so over users and periods) or 'first' (the list's first, i.e. its first users)."})
     choice_answerer: str | None = field(default=None, metadata={
         "help": "Answerer of choice-mode scoring (None: evidence mode only; choice mode costs model calls)."})
     grounding_data: str = field(default="../shared/data/locomo/locomo10_conv-26.json", metadata={
@@ -200,6 +206,8 @@ class LadderArgs:
             setattr(self, name, _mapping(name, getattr(self, name)))
         for change in self.set:
             self._apply(change)
+        if self.curve_pick not in CURVE_PICKS:
+            raise ValueError(f"curve_pick {self.curve_pick!r}; expected one of {CURVE_PICKS}")
         if self.eval_session_pick not in SESSION_PICKS:
             raise ValueError(f"eval_session_pick {self.eval_session_pick!r}; expected one of {SESSION_PICKS}")
         if self.eval_engine not in ("transformers", "vllm"):

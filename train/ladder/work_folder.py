@@ -26,7 +26,7 @@ FREE_FIELDS = ("save_steps",)  # of any stage: how often it checkpoints
 
 # Settings added after work folders were first made, with the value those folders ran under: a settings.json
 # without one is read as having it (the committed ladder ran with VLLM_CPU_KVCACHE_SPACE=2).
-ADDED_SETTINGS = {"vllm_kv_cache_gb": 2, "ops_schema": 1}
+ADDED_SETTINGS = {"vllm_kv_cache_gb": 2, "ops_schema": 1, "curve_pick": "first"}
 
 
 def _free(key: str) -> bool:
@@ -38,7 +38,7 @@ def rl_only(key: str) -> bool:
     differs in these alone."""
     # The parse rule (ops_schema) decides RL's rewards; SFT trains on the expert's outputs, valid under every rule,
     # and a cached evaluation made under another rule is scored again.
-    return key in ("curve_every", "curve_sessions", "ops_schema") or any(
+    return key in ("curve_every", "curve_sessions", "curve_pick", "ops_schema") or any(
         key.startswith(f"stages.{s}.") for s in RL_STAGES)
 
 
@@ -136,7 +136,7 @@ def take_sft(a: LadderArgs, work: Path) -> None:
         raise SystemExit(f"sft_from {src} trained SFT or evaluated under other settings ({made}): "
                          + "; ".join(f"{k} {theirs.get(k)!r} there, {ours.get(k)!r} here" for k in changed)
                          + ". Only the RL settings may differ: stages." + ", stages.".join(RL_STAGES)
-                         + ", curve_every, curve_sessions, and the held-out size (" + ", ".join(EVAL_ONLY) + ").")
+                         + ", curve_every, curve_sessions, curve_pick, and the held-out size (" + ", ".join(EVAL_ONLY) + ").")
     if not (src / "sft" / "policy" / "adapter" / "adapter_config.json").exists():
         raise SystemExit(f"sft_from {src}: its SFT stage has not finished (no sft/policy/adapter)")
     if (work / "sft").exists():
