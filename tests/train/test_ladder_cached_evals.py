@@ -154,7 +154,9 @@ def test_the_curve_scores_sessions_spread_over_users_unless_a_folder_took_the_fi
         parse_args([*argv, "--curve_pick", "last"])
     old = tmp_path / "old"
     old.mkdir()
+    added = ("curve_pick", "stages.sft.overrides.empty_memory_repeats")
     (old / "settings.json").write_text(json.dumps({k: v for k, v in work_settings(parse_args(argv)).items()
-                                                   if k != "curve_pick"}))
-    assert made_settings(old / "settings.json")["curve_pick"] == "first"
+                                                   if k not in added}))
+    made = made_settings(old / "settings.json")  # a folder from before: first sessions once, the first curve keys
+    assert made["curve_pick"] == "first" and made["stages.sft.overrides.empty_memory_repeats"] == 1
     assert rl_only("curve_pick")

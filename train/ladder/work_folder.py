@@ -26,7 +26,8 @@ FREE_FIELDS = ("save_steps",)  # of any stage: how often it checkpoints
 
 # Settings added after work folders were first made, with the value those folders ran under: a settings.json
 # without one is read as having it (the committed ladder ran with VLLM_CPU_KVCACHE_SPACE=2).
-ADDED_SETTINGS = {"vllm_kv_cache_gb": 2, "ops_schema": 1, "curve_pick": "first"}
+ADDED_SETTINGS = {"vllm_kv_cache_gb": 2, "ops_schema": 1, "curve_pick": "first",
+                  "stages.sft.overrides.empty_memory_repeats": 1}
 
 
 def _free(key: str) -> bool:
