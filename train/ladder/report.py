@@ -15,8 +15,14 @@ from membuilder.plumbing import stats
 from membuilder.plumbing.json_files import atomic_write_text, write_json
 from membuilder.plumbing.stats import against_zero, bootstrap_ci, separated
 from train.ladder import pooled
-from train.ladder.policy_actions import (EDIT_NAMES, gap_line, held_out_line, plot_actions, push_line,
-                                         rollout_line)
+from train.ladder.policy_actions import (
+    EDIT_NAMES,
+    gap_line,
+    held_out_line,
+    plot_actions,
+    push_line,
+    rollout_line,
+)
 from train.ladder.rl_signal import paired_line, signal_line
 from train.ladder.settings import OUTPUT_OPTIONS, RL_STAGES, STAGES
 from train.ladder.stage_tables import stage_tables
