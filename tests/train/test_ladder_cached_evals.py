@@ -158,5 +158,8 @@ def test_the_curve_scores_sessions_spread_over_users_unless_a_folder_took_the_fi
     (old / "settings.json").write_text(json.dumps({k: v for k, v in work_settings(parse_args(argv)).items()
                                                    if k not in added}))
     made = made_settings(old / "settings.json")  # a folder from before: first sessions once, the first curve keys
-    assert made["curve_pick"] == "first" and made["stages.sft.overrides.empty_memory_repeats"] == 1
+    assert made["curve_pick"] == "first" and "stages.sft.overrides.empty_memory_repeats" not in made
+    once = work_settings(parse_args([*argv, "--set", "stages.sft.overrides.empty_memory_repeats=1"]))
+    assert "stages.sft.overrides.empty_memory_repeats" not in once  # naming the script's default changes nothing
+    assert work_settings(parse_args(argv))["stages.sft.overrides.empty_memory_repeats"] == 4
     assert rl_only("curve_pick")

@@ -26,8 +26,14 @@ FREE_FIELDS = ("save_steps",)  # of any stage: how often it checkpoints
 
 # Settings added after work folders were first made, with the value those folders ran under: a settings.json
 # without one is read as having it (the committed ladder ran with VLLM_CPU_KVCACHE_SPACE=2).
-ADDED_SETTINGS = {"vllm_kv_cache_gb": 2, "ops_schema": 1, "curve_pick": "first",
-                  "stages.sft.overrides.empty_memory_repeats": 1}
+ADDED_SETTINGS = {"vllm_kv_cache_gb": 2, "ops_schema": 1, "curve_pick": "first"}
+# Stage overrides that set a field to the value its script takes without them: a folder made before the override
+# existed and one that names it trained alike, so neither side of a comparison keeps it.
+NO_OP_OVERRIDES = {"stages.sft.overrides.empty_memory_repeats": 1}
+
+
+def _without_no_ops(settings: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in settings.items() if not (k in NO_OP_OVERRIDES and v == NO_OP_OVERRIDES[k])}
 
 
 def _free(key: str) -> bool:
@@ -62,7 +68,7 @@ def work_settings(a: LadderArgs) -> dict[str, Any]:
     out["env_config_sha256"] = hashlib.sha256(Path(a.env_config).read_bytes()).hexdigest()
     for name, stage in a.stages.items():
         out[f"stages.{name}.config_sha256"] = hashlib.sha256(Path(stage["config"]).read_bytes()).hexdigest()
-    return json.loads(json.dumps({k: v for k, v in out.items() if not _free(k)}))
+    return json.loads(json.dumps(_without_no_ops({k: v for k, v in out.items() if not _free(k)})))
 
 
 def made_settings(path: Path) -> dict[str, Any]:
@@ -72,7 +78,7 @@ def made_settings(path: Path) -> dict[str, Any]:
     if is_flat(made):
         made = from_flat(made)
     made = {**ADDED_SETTINGS, **made}
-    return json.loads(json.dumps({k: v for k, v in made.items() if not _free(k)}))
+    return json.loads(json.dumps(_without_no_ops({k: v for k, v in made.items() if not _free(k)})))
 
 
 def pin_engine(a: LadderArgs) -> None:
