@@ -83,7 +83,7 @@ def _default_stages() -> dict[str, Any]:
     return {
         "sft": {"config": "configs/train/sft_smollm2_cpu.yaml", "overrides": {
             "seed": 0, "max_sessions_per_user": 20, "session_pick": "every_period", "num_train_epochs": 1.0,
-            "learning_rate": 1.0e-3, "gradient_accumulation_steps": 4, "keep_empty_rows": 0.25,
+            "learning_rate": 1.0e-3, "gradient_accumulation_steps": 4, "keep_empty_rows": 1.0,
             "drop_unseen_quotes": True, "empty_memory_repeats": 4, "save_strategy": "steps", "save_steps": 10,
             "save_total_limit": 1}},
         "adrpo": {**rl, "overrides": {**_RL_OVERRIDES, "env_overrides": {"alpha": ALPHA, "attribution": "evidence"}}},
