@@ -76,6 +76,24 @@ def weight_advantages(advantages: torch.Tensor, weights: torch.Tensor) -> torch.
     return advantages * (weights if advantages.dim() == 1 else weights.unsqueeze(1))
 
 
+def zero_tied(advantages: torch.Tensor, rewards: Sequence[float], group_size: int) -> torch.Tensor:
+    """``advantages`` with each group of ``group_size`` rows whose rewards tie (within ``TIE_TOLERANCE``) set to
+    exactly 0: the mean of eight equal float32 rewards can miss them by an ulp, which the division by
+    std + 1e-4 turns into advantages of up to 3e-4 of either sign, pushing the policy on nothing."""
+    if len(rewards) != len(advantages):
+        raise RuntimeError(f"{len(rewards)} rewards for {len(advantages)} advantages")
+    out = advantages.clone()
+    for i in range(0, len(rewards), group_size):
+        group = rewards[i:i + group_size]
+        if max(group) - min(group) <= TIE_TOLERANCE:
+            out[i:i + group_size] = 0
+    return out
+
+
+# The loss types whose per-token loss is the advantage times a factor: zero advantages give a zero gradient.
+LINEAR_IN_ADVANTAGE = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo", "vespo")
+
+
 # ---- configuration ------------------------------------------------------------------------------
 
 
@@ -127,6 +145,13 @@ class ADRPOConfig(GRPOConfig):
                 "k-th completion, so an agent's reward also carries the other three's samples) or per_agent (each "
                 "agent's G completions written beside the expert's outputs for the other three, so its rewards differ "
                 "by its own output alone; 4 scorings a session instead of 1)."})
+    skip_tied: bool = field(default=True, metadata={
+        "help": "A group whose G rewards tie gets advantage exactly 0 (TRL's mean-centring leaves float noise, up to "
+                "3e-4 on the CPU ladder once divided by std + 1e-4), and the loss skips the forward and backward of a "
+                "micro-batch in which every completion has advantage 0 or is left out of the loss: with beta 0, no "
+                "entropy bonus and one process it adds exactly 0 to the gradient. TRL's entropy and clip-ratio "
+                "metrics then cover the micro-batches that trained; logged: loss/skipped_batches. false: TRL's "
+                "advantages and a pass over every micro-batch."})
     rollout_log: str | None = field(default=None, metadata={
         "help": "Append every scored completion (step, session_key, agent, k, completion, reward, weight, advantage) "
                 "as JSON lines to <rollout_log>.<process_index>.jsonl, one file per process. A run resumed from a "
@@ -389,6 +414,8 @@ class ADRPOTrainer(GRPOTrainer):
             raise RuntimeError(f"{len(weights)} ADRPO weights for {len(output['advantages'])} completions "
                                f"in process {self.accelerator.process_index}")
         output["adrpo_weights"] = torch.tensor(weights, dtype=torch.float32, device=output["advantages"].device)
+        if self.args.skip_tied and len(self.reward_funcs) == 1:  # extra reward functions add to what ties
+            output["advantages"] = zero_tied(output["advantages"], self.session_reward.last_rewards, g)
         if self.args.rollout_log:
             self._log_rollouts(mode, inputs, output)
         self._rollout_batches += 1
@@ -490,9 +517,30 @@ class ADRPOTrainer(GRPOTrainer):
         self._ratio_stats["train" if self.model.training else "eval"].add(logps, sampling, mask, ratio, mode, gather)
         return ratio
 
+    def _trains_nothing(self, inputs) -> bool:
+        """Whether this micro-batch's loss has a zero gradient: every completion has advantage 0 or no token in
+        the loss, and nothing else (KL, entropy bonus, auxiliary loss) enters it. One process only: under DDP a
+        skipped backward on the window's last micro-batch would skip the gradients' all-reduce."""
+        if not (self.args.skip_tied and self.model.training and self.beta == 0.0
+                and self.accelerator.num_processes == 1 and not getattr(self, "_entropy_bonus_enabled", False)
+                and not self.aux_loss_enabled and self.loss_type in LINEAR_IN_ADVANTAGE):
+            return False
+        mask = inputs["completion_mask"] if "tool_mask" not in inputs else inputs["completion_mask"] * inputs["tool_mask"]
+        advantages = inputs["advantages"]
+        live = advantages != 0 if advantages.dim() == 2 else (advantages != 0).unsqueeze(1)
+        return not bool((live & mask.bool()).any())
+
     def _compute_loss(self, model, inputs):
         if "adrpo_weights" in inputs:
             inputs = {**inputs, "advantages": weight_advantages(inputs["advantages"], inputs["adrpo_weights"])}
+        if self.model.training:
+            skip = self._trains_nothing(inputs)
+            self._metrics["train"]["loss/skipped_batches"].append(float(skip))
+            if skip:
+                # A zero that still reaches every trainable weight: each gets a zero gradient, as the full pass
+                # would give, so an optimizer with weight decay or moments steps alike when a whole window ties.
+                trainable = [p for p in model.parameters() if p.requires_grad]
+                return sum(p.sum() for p in trainable) * 0.0
         if not self.ratio_in_loss:
             return super()._compute_loss(model, inputs)
         # TRL's loss reads inputs["importance_sampling_ratio"] after its policy forward, which fills it in

@@ -24,6 +24,7 @@ from membuilder.training.adrpo import (  # noqa: E402
     group_advantages,
     trim_rollout_log,
     weight_advantages,
+    zero_tied,
 )
 from membuilder.training.format_scorer import FormatScorer  # noqa: E402
 from membuilder.training.prompts import fit_prompt, rl_rows, token_counter  # noqa: E402
@@ -588,3 +589,38 @@ def test_completions_cut_at_the_limit_and_left_out_of_the_loss_are_still_logged_
     cut = [r for r in masked if r.get("loss_masked")]
     assert cut and all(r["completion"] for r in cut)  # a random tiny model seldom stops within 12 tokens
     assert not any(r.get("loss_masked") for r in plain)
+
+
+def test_tied_groups_get_advantage_exactly_zero():
+    rewards = [0.4] * 8 + [0.0, 1.0] * 4
+    advantages = group_advantages(torch.tensor(rewards), 8)
+    zeroed = zero_tied(advantages, rewards, 8)
+    assert torch.equal(zeroed[:8], torch.zeros(8))  # TRL's mean-centring may leave float noise here
+    assert torch.equal(zeroed[8:], advantages[8:]) and zeroed[8:].abs().min() > 0.9
+    with pytest.raises(RuntimeError, match="3 rewards for 16 advantages"):
+        zero_tied(advantages, rewards[:3], 8)
+
+
+def test_micro_batches_whose_groups_all_tie_are_skipped_and_the_update_is_unchanged(tokenizer, tmp_path):
+    """One agent prompt a micro-batch, G = 2 with coin rewards, so many micro-batches tie: with skip_tied they
+    run no forward or backward, and the weights after two AdamW steps are those of the full pass (a tied
+    micro-batch adds exactly zero to the gradient; dropout is off, so the loss draws nothing at random)."""
+    runs = {}
+    for skip in (True, False):
+        trainer = _trainer(tokenizer, tmp_path / str(skip), scorer=CoinScorer.from_texts(SESSIONS), max_steps=2,
+                           per_device_train_batch_size=2, gradient_accumulation_steps=4, skip_tied=skip)
+        trainer.train()
+        runs[skip] = trainer
+    skipped = [h["loss/skipped_batches"] for h in runs[True].state.log_history if "loss/skipped_batches" in h]
+    assert len(skipped) == 2 and sum(skipped) > 0
+    assert all(h["loss/skipped_batches"] == 0 for h in runs[False].state.log_history if "loss/skipped_batches" in h)
+
+    def rows(t):
+        return [r.tolist() for b in t._buffered_inputs for r in b["completion_ids"]]
+
+    assert rows(runs[True]) == rows(runs[False])  # the same rollouts
+    start = tiny_llama(tokenizer).state_dict()
+    a, b = dict(runs[True].model.named_parameters()), dict(runs[False].model.named_parameters())
+    assert max((a[n] - start[n]).abs().max().item() for n in a) > 1e-4  # the untied micro-batches trained
+    for n in a:
+        assert torch.equal(a[n], b[n]), n
