@@ -9,13 +9,16 @@ tokens, MemoryGym-v0's evidence reward), run for two optimizer steps in each of:
   ``dtype: auto`` picks on CPUs with AMX; not run by default);
 - ``vllm``: the policy as ``dtype: auto`` picks it, rollouts from vLLM's CPU engine colocated in
   the trainer (configs/train/adrpo_smollm2_cpu_vllm.yaml; needs ``.venv-vllm``);
+- ``vllm-no-skip``: the same with ``--skip_tied false``: tied agent groups keep TRL's advantages and every
+  micro-batch goes through the loss, to measure what skipping the micro-batches that train nothing saves
+  (the two sample the same completions, and their updates agree exactly);
 - ``vllm-trl-ratio``: the same, with the importance ratio against vLLM from TRL's own no-gradient
   pass over the completions instead of from the loss pass (``--is_ratio_from_loss false``), to
   measure what reading it off the loss pass saves.
 
 ``--recipe ladder`` runs the training ladder's RL step instead (``train.ladder.settings.rl_argv``:
-the ADRPO stage of configs/train/ladder_smollm2_cpu.yaml on the engine's config: G = 8, prompts up
-to 384 tokens, completions up to 256, the prompt shared in the loss), continuing the shipped
+the ADRPO stage of the ladder's default settings on the engine's config: 4 sessions x 4 agents x G = 8,
+prompts up to 640 tokens, completions up to 256, the prompt shared in the loss), continuing the shipped
 adapter, whose outputs are as long as a trained policy's; results go to ``adrpo_step_ladder.json``.
 
 Each runs in a fresh process. ``generate`` is everything before the reward (weight sync, the
@@ -54,6 +57,7 @@ RUNS = {
     "hf-fp32": ("configs/train/adrpo_smollm2_cpu.yaml", ["--dtype", "float32"]),
     "hf-bf16": ("configs/train/adrpo_smollm2_cpu.yaml", ["--dtype", "bfloat16"]),
     "vllm": ("configs/train/adrpo_smollm2_cpu_vllm.yaml", []),
+    "vllm-no-skip": ("configs/train/adrpo_smollm2_cpu_vllm.yaml", ["--skip_tied", "false"]),
     "vllm-trl-ratio": ("configs/train/adrpo_smollm2_cpu_vllm.yaml", ["--is_ratio_from_loss", "false"]),
 }
 DEFAULT_RUNS = "hf-fp32,vllm"
@@ -93,7 +97,8 @@ def measure(engine: str, steps: int, recipe: str = "cpu") -> dict:
         generate, score, step = h["time/generate"], h["time/score"], h["step_time"]
         rows.append({"step": h["step"], "generate_s": round(generate, 1), "score_s": round(score, 2),
                      "optimise_s": round(step - generate - score, 1), "step_s": round(step, 1),
-                     "completion_tokens_mean": h.get("completions/mean_length")})
+                     "completion_tokens_mean": h.get("completions/mean_length"),
+                     "tied_groups": h.get("reward/tied_groups"), "skipped_batches": h.get("loss/skipped_batches")})
     policy = next(p for p in trainer.model.parameters() if not p.requires_grad)
     return {"engine": engine, "recipe": recipe, "config": config, "overrides": extra, "policy_base_dtype": str(policy.dtype),
             "build_s": round(build_s, 1), "torch_threads": torch.get_num_threads(),
@@ -153,10 +158,12 @@ def main() -> None:
             len(r["steps"][1:] or r["steps"]) for r in results)}
         if len(results) > 1:
             engines[engine]["rounds"] = results
+    ladder = LadderArgs()
     what = ("one ADRPO step of configs/train/adrpo_smollm2_cpu.yaml (SmolLM2-135M, LoRA, G=2, 4 agents)"
             if args.recipe == "cpu" else
-            "one ADRPO step of the training ladder (SmolLM2-135M, LoRA, G=8, 4 agents, 384-token prompts, up to 256 new "
-            "tokens), continuing the shipped adapter")
+            f"one ADRPO step of the training ladder (SmolLM2-135M, LoRA, {ladder.stages['adrpo']['overrides'].get('sessions_per_step', 1)} "
+            f"sessions x 4 agents x G={ladder.stages['adrpo']['overrides']['num_generations']}, prompts up to "
+            f"{ladder.max_prompt_tokens} tokens, up to {ladder.max_completion_tokens} new tokens), continuing the shipped adapter")
     result = {"what": what, "recipe": args.recipe, "rounds": args.rounds,
               "cpu_count": os.cpu_count(), "engines": engines}
     if "hf-fp32" in engines:
@@ -167,6 +174,10 @@ def main() -> None:
         ours, trls = engines["vllm"]["warm_mean"], engines["vllm-trl-ratio"]["warm_mean"]
         result["ratio_from_loss_step_speedup"] = round(trls["step_s"] / ours["step_s"], 2)
         result["ratio_from_loss_generate_saved_s"] = round(trls["generate_s"] - ours["generate_s"], 1)
+    if "vllm" in engines and "vllm-no-skip" in engines:
+        ours, full = engines["vllm"]["warm_mean"], engines["vllm-no-skip"]["warm_mean"]
+        result["skip_tied_optimise_speedup"] = round(full["optimise_s"] / ours["optimise_s"], 2)
+        result["skip_tied_step_speedup"] = round(full["step_s"] / ours["step_s"], 2)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     print(f"{'engine':<16}{'generate s':>12}{'score s':>10}{'optimise s':>12}{'step s':>9}")

@@ -156,13 +156,14 @@ def test_the_rl_step_benchmark_runs_the_ladders_step_on_each_engine_as_named(mon
 
     from membuilder.training.adrpo import ADRPOConfig
 
-    for engine in ("hf-fp32", "hf-bf16", "vllm", "vllm-trl-ratio"):
+    for engine in ("hf-fp32", "hf-bf16", "vllm", "vllm-trl-ratio", "vllm-no-skip"):
         argv = [*adrpo_step.recipe_argv("ladder", engine, str(tmp_path)), *adrpo_step.RUNS[engine][1]]
         stage = yaml.safe_load(Path(argv[1]).read_text())
         assert stage["use_vllm"] == engine.startswith("vllm") and stage["num_generations"] == 8, engine
         _, args, _ = TrlParser((adrpo.ADRPOScriptArgs, ADRPOConfig, ModelConfig)).parse_args_and_config(argv)
-        # the two vLLM runs differ only in where the importance ratio comes from
+        # the vLLM runs differ from the default only in where the importance ratio comes from, or in skipping
         assert args.is_ratio_from_loss == (engine != "vllm-trl-ratio"), engine
+        assert args.skip_tied == (engine != "vllm-no-skip"), engine
     assert adrpo_step.recipe_argv("cpu", "vllm", str(tmp_path)) == ["--config", "configs/train/adrpo_smollm2_cpu_vllm.yaml"]
 
 
