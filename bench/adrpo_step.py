@@ -11,7 +11,8 @@ tokens, MemoryGym-v0's evidence reward), run for two optimizer steps in each of:
   the trainer (configs/train/adrpo_smollm2_cpu_vllm.yaml; needs ``.venv-vllm``);
 - ``vllm-no-skip``: the same with ``--skip_tied false``: tied agent groups keep TRL's advantages and every
   micro-batch goes through the loss, to measure what skipping the micro-batches that train nothing saves
-  (the two sample the same completions, and their updates agree exactly);
+  (only their first steps sample the same completions: TRL's float-noise advantages on tied groups move the
+  no-skip run's weights, so its later draws differ);
 - ``vllm-trl-ratio``: the same, with the importance ratio against vLLM from TRL's own no-gradient
   pass over the completions instead of from the loss pass (``--is_ratio_from_loss false``), to
   measure what reading it off the loss pass saves.

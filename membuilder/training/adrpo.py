@@ -48,7 +48,7 @@ from membuilder.reward import CandidateScorer
 from membuilder.training.importance_ratio import RatioStats, importance_ratio
 from membuilder.training.merged_weights import install_exact_lora_sync
 from membuilder.training.shared_prefix import checkpointing, shared_prefix_logps, through_wrapper
-from membuilder.training.trl_reward import CREDITS, TIE_TOLERANCE, SessionReward
+from membuilder.training.trl_reward import CREDITS, SessionReward, tied
 from membuilder.training.vllm_cpu_sync import engine_dtype_for_cpu, install_cpu_weight_sync
 
 # ---- the ADRPO idea, in a few lines -----------------------------------------------------------
@@ -77,17 +77,26 @@ def weight_advantages(advantages: torch.Tensor, weights: torch.Tensor) -> torch.
 
 
 def zero_tied(advantages: torch.Tensor, rewards: Sequence[float], group_size: int) -> torch.Tensor:
-    """``advantages`` with each group of ``group_size`` rows whose rewards tie (within ``TIE_TOLERANCE``) set to
+    """``advantages`` with each group of ``group_size`` rows whose rewards tie (``trl_reward.tied``) set to
     exactly 0: the mean of eight equal float32 rewards can miss them by an ulp, which the division by
     std + 1e-4 turns into advantages of up to 3e-4 of either sign, pushing the policy on nothing."""
     if len(rewards) != len(advantages):
         raise RuntimeError(f"{len(rewards)} rewards for {len(advantages)} advantages")
     out = advantages.clone()
-    for i in range(0, len(rewards), group_size):
-        group = rewards[i:i + group_size]
-        if max(group) - min(group) <= TIE_TOLERANCE:
-            out[i:i + group_size] = 0
+    for i, is_tied in enumerate(group_ties(rewards, group_size)):
+        if is_tied:
+            out[i * group_size:(i + 1) * group_size] = 0
     return out
+
+
+def group_ties(rewards: Sequence[float], group_size: int) -> list[bool]:
+    """For each consecutive group of ``group_size`` rewards (one agent prompt's G rollouts), whether it ties."""
+    return [tied(rewards[i:i + group_size]) for i in range(0, len(rewards), group_size)]
+
+
+def loss_mask(inputs: dict[str, Any]) -> torch.Tensor:
+    """The completion tokens TRL's loss counts: the completion mask, times the tool mask where there is one."""
+    return inputs["completion_mask"] if "tool_mask" not in inputs else inputs["completion_mask"] * inputs["tool_mask"]
 
 
 # The loss types whose per-token loss is the advantage times a factor: zero advantages give a zero gradient.
@@ -370,9 +379,8 @@ class ADRPOTrainer(GRPOTrainer):
 
     def _tied_groups(self, g: int) -> tuple[int, int]:
         """(tied, all) agent groups of the last draw: groups whose G rewards are equal give no gradient."""
-        rewards = self.session_reward.last_rewards
-        groups = [rewards[i:i + g] for i in range(0, len(rewards), g)]
-        return sum(max(x) - min(x) <= TIE_TOLERANCE for x in groups), len(groups)
+        ties = group_ties(self.session_reward.last_rewards, g)
+        return sum(ties), len(ties)
 
     def _any_process(self, count: int) -> int:
         if self.accelerator.num_processes == 1:
@@ -508,7 +516,7 @@ class ADRPOTrainer(GRPOTrainer):
         return logps, entropies, None
 
     def _ratio_from(self, logps: torch.Tensor, inputs: dict[str, Any]) -> torch.Tensor:
-        mask = inputs["completion_mask"] if "tool_mask" not in inputs else inputs["completion_mask"] * inputs["tool_mask"]
+        mask = loss_mask(inputs)
         sampling = inputs["sampling_per_token_logps"]
         mode = self.vllm_importance_sampling_mode
         ratio = importance_ratio(logps, sampling, mask, mode, self.vllm_importance_sampling_clip_min,
@@ -525,7 +533,7 @@ class ADRPOTrainer(GRPOTrainer):
                 and self.accelerator.num_processes == 1 and not getattr(self, "_entropy_bonus_enabled", False)
                 and not self.aux_loss_enabled and self.loss_type in LINEAR_IN_ADVANTAGE):
             return False
-        mask = inputs["completion_mask"] if "tool_mask" not in inputs else inputs["completion_mask"] * inputs["tool_mask"]
+        mask = loss_mask(inputs)
         advantages = inputs["advantages"]
         live = advantages != 0 if advantages.dim() == 2 else (advantages != 0).unsqueeze(1)
         return not bool((live & mask.bool()).any())

@@ -56,6 +56,11 @@ from membuilder.reward import ATTRIBUTION_RULES, CandidateReward, CandidateScore
 
 CREDITS = ("joint", "per_agent")  # how a whole session's completions are scored (the module's note)
 TIE_TOLERANCE = 1e-9  # rewards closer than this count as a tie (GRPO's advantages would be 0 for the group)
+
+
+def tied(rewards) -> bool:
+    """Whether a group's rewards tie (within ``TIE_TOLERANCE``): GRPO gives such a group no gradient."""
+    return max(rewards) - min(rewards) <= TIE_TOLERANCE
 ScoreRequest = tuple[str, list[dict[str, str]], bool]  # (session key, G candidates, task_rewarded)
 
 
@@ -193,7 +198,7 @@ class SessionReward:
             if len(results) > 1:
                 for a in rows:  # a group whose G rollouts all tie has zero advantage: no gradient from it
                     got = [float(c.agent_rewards[a]) for c in results]
-                    stats["reward/tied_groups"].append(float(max(got) - min(got) <= TIE_TOLERANCE))
+                    stats["reward/tied_groups"].append(float(tied(got)))
             if baselines is not None and rewarded:
                 base = baselines(key)
                 noop, oracle = float(base["noop"].reward), float(base["oracle"].reward)
