@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import yaml  # noqa: E402
 
+from membuilder.agents.constructor import shown_texts  # noqa: E402
 from membuilder.memory.grounding import Grounding, grounded_share, written_units  # noqa: E402
 from membuilder.memory.ops import AGENTS, Add, CoreReplace, Update, parse, render_ops  # noqa: E402
 from membuilder.plumbing.json_files import atomic_write_text, write_json  # noqa: E402
@@ -128,7 +129,7 @@ def run(env_config: str, users: list[int], max_sessions: int | None = None, prog
                 raise AssertionError(f"{key}: the scorer's expert is not the world's oracle")
             scored = scorer.score(key, [acts[w] for w in WRITERS])
             obs = scorer.observation(key)
-            sources = [obs["session"], obs["core"], *(t for a in AGENTS[1:] for t in obs[a])]
+            sources = shown_texts(obs)
             for w, r in zip(WRITERS, scored, strict=True):
                 rewards[w][key], tasks[w][key] = r.reward, r.task_reward
                 if w == "noop":

@@ -33,12 +33,13 @@ from memgym_env.benchmarks.locomo import read_locomo  # noqa: E402
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo10_conv-26.json"
 
 
-def ground_spec(spec: str, sessions, embedder, max_new_tokens: int, view_k: int) -> dict:
+def ground_spec(spec: str, sessions, embedder, max_new_tokens: int, view_k: int,
+                window_tokens: int | None = None, max_prompt_tokens: int = 3840) -> dict:
     model = load_chat_model(spec)
     bar = tqdm(total=len(sessions), desc=spec, unit="session")
     try:
         return ground_writer(model, sessions, embedder, max_new_tokens=max_new_tokens, view_k=view_k,
-                             max_prompt_tokens=3840, progress=bar.update)
+                             max_prompt_tokens=max_prompt_tokens, window_tokens=window_tokens, progress=bar.update)
     finally:
         bar.close()
         close = getattr(model, "close", None)
@@ -66,6 +67,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--writers", default="smollm2-135m-memgym,smollm2-135m", help="memory writers (model specs), comma-separated")
     p.add_argument("--sessions", type=int, default=6, help="first N sessions of the conversation")
     p.add_argument("--max-new-tokens", type=int, default=256, help="longest agent output")
+    p.add_argument("--window-tokens", type=int, default=None,
+                   help="write a session longer than this window by window, whole turns each (default: whole sessions)")
+    p.add_argument("--max-prompt-tokens", type=int, default=3840, help="longest agent prompt")
     p.add_argument("--out", default="bench/results/grounding_locomo.json", help="JSON result; the table goes beside it")
     args = p.parse_args(argv)
     if args.sessions < 1:
@@ -75,7 +79,9 @@ def main(argv: list[str] | None = None) -> dict:
     embedder = load_embedder("minilm")
     t0 = time.perf_counter()
     result = {"conversation": conv.id, "sessions": len(sessions), "max_new_tokens": args.max_new_tokens,
-              "writers": {spec: ground_spec(spec, sessions, embedder, args.max_new_tokens, 20)
+              "window_tokens": args.window_tokens, "max_prompt_tokens": args.max_prompt_tokens,
+              "writers": {spec: ground_spec(spec, sessions, embedder, args.max_new_tokens, 20, args.window_tokens,
+                                            args.max_prompt_tokens)
                           for spec in args.writers.split(",") if spec},
               "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
                           "load_average": [round(x, 2) for x in os.getloadavg()]}}

@@ -47,6 +47,14 @@ def build_observation(bank, session_text: str, session_time: str | None, view_k:
     return obs
 
 
+def shown_texts(obs: Mapping[str, Any]) -> list[str]:
+    """Everything an observation shows the writer: the session, its time, Core and each agent's memory view.
+    What a written entry may be grounded in (``membuilder.memory.grounding``): a date taken from the session's
+    time was given to the writer, not invented."""
+    return [str(obs.get(OBS_SESSION) or ""), str(obs.get(OBS_TIME) or ""), str(obs.get(OBS_CORE) or ""),
+            *(t for a in AGENTS[1:] for t in obs.get(a, ()))]
+
+
 def render_prompt(agent: str, obs: Mapping[str, Any]) -> ChatMessages:
     """The chat prompt of one agent for one observation of ``MemoryGym-v0``."""
     if agent not in AGENTS:

@@ -9,7 +9,15 @@ from typing import Any
 
 from membuilder.agents.answer import choice_prompt, memory_lines
 from membuilder.agents.assistant import ChatAssistant, Message, bound, transcript
-from membuilder.agents.constructor import MemBuilderPolicy, core_compressor
+from membuilder.agents.constructor import (
+    OBS_CORE,
+    OBS_CORE_USAGE,
+    OBS_SESSION,
+    OBS_TIME,
+    MemBuilderPolicy,
+    core_compressor,
+)
+from membuilder.agents.session_windows import session_windows
 from membuilder.llm.base import ChatMessages, Sampling
 from membuilder.memory import MemoryBank
 from membuilder.memory.ops import SEARCHABLE_AGENTS
@@ -30,6 +38,16 @@ def check_memory_view(view: str) -> bool:
     return view == "live"
 
 
+def writer_observation(bank: MemoryBank, session: str, time: str | None, view_k: int) -> dict[str, Any]:
+    """What the four agents see when the assistant writes ``session``: it, its time, Core, and each
+    searchable agent's ``view_k`` entries nearest the session."""
+    obs: dict[str, Any] = {OBS_SESSION: session, OBS_TIME: time or "", OBS_CORE: bank.core.text,
+                           OBS_CORE_USAGE: bank.core.usage}
+    for agent in SEARCHABLE_AGENTS:
+        obs[agent] = [h.entry.text for h in bank.view(agent, session, view_k)]
+    return obs
+
+
 class MemBuilderAssistant(ChatAssistant):
     """Arguments beyond ``ChatAssistant``'s: ``embedder``, ``write_tokens`` (longest agent output),
     ``view_k`` (own-type entries each agent sees, 20 in MemBuilder), ``answer_k`` (entries
@@ -39,14 +57,16 @@ class MemBuilderAssistant(ChatAssistant):
     view entries from its prompts, lowest-ranked first, instead of failing the run; None: what the
     writer's context leaves after its output),
     ``memory_view`` (what answers retrieve from: "all", every entry including those an UPDATE or
-    MERGE replaced, as MemBuilder is published; "live", those superseded entries left out).
+    MERGE replaced, as MemBuilder is published; "live", those superseded entries left out),
+    ``window_tokens`` (a session longer than this is written window by window, whole turns each,
+    ``membuilder.agents.session_windows``; None: every session whole, as published).
     The memory agents' own views are untouched: they always see the whole bank."""
 
     name = "membuilder"
 
     def __init__(self, model, embedder, *, write_tokens: int = 384, view_k: int = 20, answer_k: int = 10,
                  write_model=None, write_prompt_tokens: int | None = WRITE_PROMPT_TOKENS,
-                 memory_view: str = "all", **kwargs):
+                 memory_view: str = "all", window_tokens: int | None = None, **kwargs):
         self.live_only = check_memory_view(memory_view)
         self.memory_view = memory_view
         self.embedder = embedder
@@ -55,6 +75,7 @@ class MemBuilderAssistant(ChatAssistant):
                                        max_prompt_tokens=write_prompt_tokens)
         self.view_k = view_k
         self.answer_k = answer_k
+        self.window_tokens = window_tokens
         super().__init__(model, **kwargs)
 
     def _new_bank(self) -> MemoryBank:
@@ -67,17 +88,14 @@ class MemBuilderAssistant(ChatAssistant):
     def _commit(self, messages: list[Message], time: str, session_id: str, facts: Mapping[str, str] | None) -> None:
         if not messages:
             return
-        session = transcript(messages)
-        obs: dict[str, Any] = {"session": session, "session_time": time, "core": self.bank.core.text,
-                               "core_usage": self.bank.core.usage}
-        for agent in SEARCHABLE_AGENTS:
-            obs[agent] = [h.entry.text for h in self.bank.view(agent, session, self.view_k)]
-        cut_before = self.policy.prompts_cut
-        outputs = self.policy.act(obs)
-        applied = {agent: self.bank.apply(agent, out, time=time, session=session_id) for agent, out in outputs.items()}
-        self.write_log.append({"session": session_id, "valid": {a: r.valid for a, r in applied.items()},
-                               "added": {a: len(r.added_ids) for a, r in applied.items()},
-                               "prompts_cut": self.policy.prompts_cut - cut_before})
+        for window in session_windows(transcript(messages), self.window_tokens, self.write_model.count_tokens):
+            cut_before = self.policy.prompts_cut
+            outputs = self.policy.act(writer_observation(self.bank, window, time, self.view_k))
+            applied = {agent: self.bank.apply(agent, out, time=time, session=session_id)
+                       for agent, out in outputs.items()}
+            self.write_log.append({"session": session_id, "valid": {a: r.valid for a, r in applied.items()},
+                                   "added": {a: len(r.added_ids) for a, r in applied.items()},
+                                   "prompts_cut": self.policy.prompts_cut - cut_before})
 
     def _answer_hits(self, query: str):
         return self.bank.retrieve(query, self.answer_k, live_only=self.live_only) if len(self.bank) else []

@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from membuilder.memory.ops import CoreAppend, CoreReplace, CoreRewrite, Op, written_text
 
 GROUNDED_SHARE = 0.7
+# The rule's version, kept with every grounding figure so one made under an older rule is made again. 2: the
+# session's time is among what the writer was shown (under 1 a date taken from it counted as invented).
+GROUNDING_RULE = 2
 _STOP = frozenset(
     "the and for with from that this these those your you are was were has have had its into about than then "
     "they them their there here what when where which who whom will would could should can not but all any "

@@ -12,10 +12,10 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from membuilder.agents.constructor import OBS_CORE, OBS_SESSION
+from membuilder.agents.constructor import OBS_CORE, shown_texts
 from membuilder.llm.base import Sampling
 from membuilder.llm.greedy_decode import greedy_decode
-from membuilder.memory.grounding import Grounding, grounded_share, written_units
+from membuilder.memory.grounding import GROUNDING_RULE, Grounding, grounded_share, written_units
 from membuilder.memory.ops import AGENTS, OPS_SCHEMA, parse
 from membuilder.reward import CandidateScorer
 from membuilder.training.prompts import fit_prompt, token_counter
@@ -160,8 +160,8 @@ def score_outputs(scorers: Mapping[str, CandidateScorer], keys: Sequence[str], s
     return {"valid_rate": valid, "cut_rate": cut_rate, "reward": reward, "task_reward": task,
             "quoted": quoted_summary(first_scored),
             "session_rewards": per_session, "session_keys": keys, "sessions": len(keys), "outputs": dict(outputs),
-            "grounding": grounding_of(outputs, {k: first.observation(k) for k in keys}), "ops_schema": OPS_SCHEMA,
-            **learnable}
+            "grounding": grounding_of(outputs, {k: first.observation(k) for k in keys}),
+            "grounding_rule": GROUNDING_RULE, "ops_schema": OPS_SCHEMA, **learnable}
 
 
 def quoted_summary(scored: Sequence[Any] | None) -> dict[str, dict[str, int]] | None:
@@ -186,7 +186,7 @@ def grounding_of(outputs: Mapping[str, Mapping[str, str]], observations: Mapping
     total = Grounding()
     for key, outs in outputs.items():
         obs = observations[key]
-        sources = [obs.get(OBS_SESSION, ""), obs.get(OBS_CORE, ""), *(t for a in AGENTS[1:] for t in obs.get(a, ()))]
+        sources = shown_texts(obs)
         for agent in AGENTS:
             parsed = parse(agent, outs.get(agent, ""))
             if not parsed.valid:

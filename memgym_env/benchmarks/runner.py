@@ -98,6 +98,10 @@ class EvalConfig:
     construct_max_tokens: int = field(default=384, metadata={"help": "new tokens per memory-agent output, >= 1 "
                                                                       "(membuilder; per write of mem0-infer and "
                                                                       "a-mem)", "min": 1})
+    construct_window_tokens: int | None = field(default=None, metadata={
+        "help": "membuilder: write a session longer than this many tokens window by window, whole turns each, >= 1 "
+                "(default: every session whole, as published; a policy trained on short sessions writes long ones "
+                "better in windows of its training length: its card's setting.write_window_tokens)", "min": 1})
     peer_window: int = field(default=0, metadata={"help": "messages per inferred write, >= 0: mem0-infer (0: one "
                                                            "write per session), a-mem (0: one note per turn, as "
                                                            "published); unused by other systems", "min": 0})
@@ -141,6 +145,8 @@ class EvalConfig:
                 d.pop(k)
         if self.memory_view == "all":  # the default stays out, so run folders from before it still resume
             d.pop("memory_view")
+        if self.construct_window_tokens is None:  # likewise
+            d.pop("construct_window_tokens")
         # The data by content: a moved file still resumes, one changed in place does not.
         d["data"] = content_id(self.data)
         d["qa_data"] = content_id(self.qa_data) if self.qa_data else None
@@ -263,7 +269,8 @@ def make_system(cfg: EvalConfig, models: dict[str, Any]):
     if cfg.system == "rag":
         return Rag(models["embedder"], k=cfg.rag_k)
     if cfg.system == "membuilder":
-        return MemBuilder(membuilder_session_builder(models["model"], cfg.construct_max_tokens), models["embedder"],
+        return MemBuilder(membuilder_session_builder(models["model"], cfg.construct_max_tokens,
+                                                     window_tokens=cfg.construct_window_tokens), models["embedder"],
                           k=cfg.answer_k, compressor=core_compressor(models["model"]),
                           live_only=cfg.memory_view == "live")
     if cfg.system in PEER_SYSTEMS:

@@ -35,6 +35,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from membuilder.agents.constructor import MemBuilderPolicy
+from membuilder.agents.membuilder_assistant import writer_observation
+from membuilder.agents.session_windows import session_windows
 from membuilder.llm.base import Sampling
 from membuilder.memory import MemoryBank
 from membuilder.memory.ops import AGENTS
@@ -202,27 +204,25 @@ class Rag:
 SessionBuilder = Callable[[Any, Session, Conversation], None]
 
 
-def membuilder_session_builder(model, max_new_tokens: int = 384, view_k: int = 20) -> SessionBuilder:
+def membuilder_session_builder(model, max_new_tokens: int = 384, view_k: int = 20,
+                               window_tokens: int | None = None) -> SessionBuilder:
     """The MemBuilder constructor over ``model``: the one place the membuilder system plugs in.
 
     Per session, all four agents answer from the same observation (the session, its date, Core
     and the top-``view_k`` entries of their own type for the session text) and only then are
-    their outputs applied, so no agent sees another's writes (protocols §1).
+    their outputs applied, so no agent sees another's writes (protocols §1). A session longer than
+    ``window_tokens`` is written window by window, whole turns each (``MemBuilderAssistant`` does the
+    same); None writes every session whole.
     """
     if model is None:
         return lambda bank, session, conv: None
     policy = MemBuilderPolicy(model, Sampling(temperature=0.0, max_new_tokens=max_new_tokens))
 
     def build(bank, session: Session, conv: Conversation) -> None:
-        text = session.render()
-        obs: dict[str, Any] = {"session": text, "session_time": session.time, "core": bank.core.text,
-                               "core_usage": bank.core.usage}
-        for agent in AGENTS:
-            if agent != "core":
-                obs[agent] = [h.entry.text for h in bank.view(agent, text, k=view_k)]
-        outputs = policy.act(obs)
-        for agent in AGENTS:
-            bank.apply(agent, outputs[agent], time=session.time, session=session.id)
+        for window in session_windows(session.render(), window_tokens, model.count_tokens):
+            outputs = policy.act(writer_observation(bank, window, session.time, view_k))
+            for agent in AGENTS:
+                bank.apply(agent, outputs[agent], time=session.time, session=session.id)
 
     build.policy = policy  # its prompts_cut goes into the run's report (MemBuilder.costs)
     return build

@@ -68,6 +68,10 @@ class RunConfig:
     write_prompt_tokens: int = field(default=WRITE_PROMPT_TOKENS, metadata={
         "help": "longest membuilder memory-writing prompt; longer ones lose memory-view entries first. Keep "
                 "write_prompt_tokens + write_tokens within the writing model's context (vLLM: its max_model_len)"})
+    write_window_tokens: int | None = field(default=None, metadata={
+        "help": "membuilder: write a session longer than this many tokens window by window, whole turns each; "
+                "default: the window on a packaged policy's card (the session length it was trained on), else "
+                "every session whole, as published"})
     memory_view: str = field(default="all", metadata={
         "help": "what membuilder's answers retrieve (other assistants ignore it): all (every entry, including "
                 "those an UPDATE or MERGE replaced, as MemBuilder is published) or live (replaced entries left out)"})
@@ -97,6 +101,13 @@ class RunConfig:
         setting = policy_setting(self.constructor()) if self.assistant == "membuilder" else None
         return int(setting["max_completion_tokens"]) if setting and setting.get("max_completion_tokens") else 128
 
+    def write_window(self) -> int | None:
+        """``write_window_tokens`` as given, else the constructor card's window (membuilder), else None."""
+        if self.write_window_tokens is not None or self.assistant != "membuilder":
+            return self.write_window_tokens
+        setting = policy_setting(self.constructor()) or {}
+        return setting.get("write_window_tokens")
+
     def assistant_options(self) -> dict[str, Any]:
         opts: dict[str, Any] = {"reply_tokens": self.reply_tokens, "context_tokens": self.context_tokens}
         if self.assistant in ("awe", "awi", "membuilder", "mem0-infer", "a-mem"):
@@ -105,6 +116,8 @@ class RunConfig:
             opts["write_prompt_tokens"] = self.write_prompt_tokens
             if self.memory_view != "all":  # the default stays out, so run folders from before it still resume
                 opts["memory_view"] = self.memory_view
+            if self.write_window() is not None:  # likewise
+                opts["window_tokens"] = self.write_window()
         if self.top_k is not None and self.assistant in ("rag", "awe", "mem0", "mem0-infer", "a-mem"):
             opts["top_k"] = self.top_k
         return opts

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from membuilder.agents.constructor import shown_texts
 from membuilder.memory.grounding import (
     GROUNDED_SHARE,
     Grounding,
@@ -49,3 +50,15 @@ def test_policy_evaluation_reports_grounding_per_agent():
     assert g["episodic"]["grounded"] == 1 and g["semantic"]["grounded"] == 0
     assert g["procedural"]["entries"] == 0  # an invalid output writes nothing to judge
     assert g["all"]["entries"] == 3 and g["all"]["grounded"] == 2
+
+
+def test_a_date_taken_from_the_sessions_time_is_grounded():
+    """The writer is shown the session's time: an entry dated from it is not invented (grounding rule 2)."""
+    obs = {"session": SESSION, "session_time": "1:56 pm on 8 May, 2023", "core": "", "episodic": (),
+           "semantic": (), "procedural": ()}
+    outputs = {"s1": {"core": "no", "semantic": "no", "procedural": "no",
+                      "episodic": '{"operations": [{"action": "ADD", "memory": "8 May 2023: Caroline lost her job"}]}'}}
+    assert grounding_of(outputs, {"s1": obs})["episodic"]["grounded"] == 1
+    assert shown_texts(obs)[:2] == [SESSION, "1:56 pm on 8 May, 2023"]
+    without_time = grounded_share("8 May 2023: Caroline lost her job", [SESSION])
+    assert without_time is not None and without_time < GROUNDED_SHARE

@@ -21,3 +21,15 @@ def test_grounding_bench_on_one_session_with_a_tiny_writer(tiny_chat_path, share
     assert result["sessions"] == 1 and set(r["per_agent"]) == {"core", "episodic", "semantic", "procedural"}
     assert 0 <= r["all"]["grounded"] <= r["all"]["entries"]
     assert out.with_suffix(".md").read_text().startswith("LoCoMo ")
+
+
+def test_grounding_bench_writes_long_sessions_in_windows(tiny_chat_path, shared_data, tmp_path):
+    """--window-tokens: conv-26's first session (about 800 tokens) is written as several windows, each one output
+    per agent; validity is the share of those outputs."""
+    out = tmp_path / "w.json"
+    grounding_locomo.main(["--data", str(shared_data / "locomo" / "locomo10_conv-26.json"), "--writers", tiny_chat_path,
+                           "--sessions", "1", "--max-new-tokens", "4", "--window-tokens", "160", "--out", str(out)])
+    result = json.loads(out.read_text())
+    r = result["writers"][tiny_chat_path]
+    assert result["window_tokens"] == 160 and r["window_tokens"] == 160
+    assert r["sessions"] == 1 and r["outputs"] >= 3 and r["grounding_rule"] == 2

@@ -199,3 +199,27 @@ def test_a_bank_that_outgrows_the_writers_prompt_budget_loses_view_entries_not_t
     assert cut[0] == full[0] and view[0] in cut[1]["content"] and view[-1] not in cut[1]["content"]
     with pytest.raises(ValueError, match="max_prompt_tokens"):
         MemBuilderPolicy(model, max_prompt_tokens=0)
+
+
+def test_membuilder_writes_a_long_session_window_by_window(model, embedder):
+    """window_tokens: a session longer than the window is written in windows of whole turns, each into the memory
+    the one before left, under the session's time and id; shorter sessions are written whole, as published."""
+    from membuilder.agents.assistant import transcript
+    from membuilder.agents.session_windows import session_windows
+
+    long = [{"role": "user" if i % 2 == 0 else "assistant",
+             "content": f"Turn {i}: we talked about the garden, the new bike and the trip to Lisbon in May."}
+            for i in range(6)]
+    windows = session_windows(transcript(long), 40, model.count_tokens)
+    assert len(windows) >= 3
+    a = make_assistant("membuilder", model, embedder, reply_tokens=4, write_tokens=8, window_tokens=40)
+    a.reset("u1")
+    a.observe(long, time="2021-03-01 19:00:00", session_id="p0-s0", facts=None)
+    assert [w["session"] for w in a.write_log] == ["p0-s0"] * len(windows)
+    short = [{"role": "user", "content": "I adopted a beagle."}, {"role": "assistant", "content": "Lovely!"}]
+    a.observe(short, time="2021-03-02 19:00:00", session_id="p0-s1", facts=None)
+    assert [w["session"] for w in a.write_log][len(windows):] == ["p0-s1"]  # a short session: one write
+    whole = make_assistant("membuilder", model, embedder, reply_tokens=4, write_tokens=8)
+    whole.reset("u1")
+    whole.observe(long, time="2021-03-01 19:00:00", session_id="p0-s0", facts=None)
+    assert len(whole.write_log) == 1

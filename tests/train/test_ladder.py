@@ -107,6 +107,8 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
         assert set(r["session_noop_evidence"]) == set(r["session_reward_evidence"])
         # and on a real dialogue no stage trained on (LoCoMo conv-26's first sessions)
         assert r["real_grounding"]["sessions"] == 2 and set(r["real_grounding"]["valid_rate"]) == set(AGENTS)
+        # ... each session longer than the training world's written in windows of whole turns
+        assert r["real_grounding"]["window_tokens"] == 160 and r["real_grounding"]["outputs"] > 2
         # the held-out set's no-op and oracle rewards, and the stage's gain over no-op against the oracle's
         assert r["held_out_pick"] == "every_period"
         assert r["noop_evidence"] == saved[0]["noop_evidence"] and r["oracle_evidence"] == saved[0]["oracle_evidence"]
@@ -185,6 +187,7 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
     assert (card["stage"], card["seed"], card["pooled"]) == (best, 0, pooled) and best in card["why"]
     assert card["setting"]["env_config"] == "configs/env/construction_cpu_change_varied.yaml"
     assert (card["setting"]["max_completion_tokens"], card["setting"]["max_prompt_tokens"]) == (8, 640)
+    assert card["setting"]["write_window_tokens"] == 160  # how `memgym evaluate` writes a longer session with it
     first = next(r for r in saved if r["stage"] == best)
     assert card["held_out"]["reward_evidence"] == first["reward_evidence"]
     assert card["command"].startswith("python -m train.ladder --config configs/train/ladder_smollm2_cpu.yaml")
@@ -220,6 +223,15 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
 
     assert timeless(again) == timeless(rows) and json.loads(base_eval.read_text())["session_pick"] == "every_period"
     assert "noop_reward" not in json.loads(sft_eval.read_text())  # filled in, not generated again
+    # held-out grounding cached under the older rule (the session's time not among what the writer was shown) is
+    # read again off the cached outputs, generating nothing
+    made = json.loads(sft_eval.read_text())
+    sft_eval.write_text(json.dumps({**{k: v for k, v in made.items() if k != "grounding_rule"},
+                                    "grounding": {"all": {"entries": -1}}}))
+    assert timeless(ladder.main(_argv(tiny_path, tmp_path))) == timeless(again)
+    regrounded = json.loads(sft_eval.read_text())
+    assert regrounded["grounding_rule"] == 2 and regrounded["grounding"] == made["grounding"]
+    assert regrounded["outputs"] == made["outputs"]
     rows = again  # the base row's evaluation time is the remade evaluation's
 
     # a work folder carried to a machine that keeps no files (results/ladder-change/work) holds each stage's adapter,

@@ -22,11 +22,18 @@ from membuilder.llm import load_chat_model
 from membuilder.llm.embedders import load_embedder
 from membuilder.llm.registry import resolve_chat_path
 from membuilder.llm.vllm_backend import cpu_engine_dtype
+from membuilder.memory.grounding import GROUNDING_RULE
 from membuilder.memory.ops import AGENTS, OPS_SCHEMA
 from membuilder.plumbing.json_files import atomic_write_text, write_json
 from membuilder.plumbing.stats import bootstrap_ci
 from membuilder.training.checkpoints import save_merged
-from membuilder.training.policy_eval import baseline_summary, evaluate_policy, quoted_summary, score_outputs
+from membuilder.training.policy_eval import (
+    baseline_summary,
+    evaluate_policy,
+    grounding_of,
+    quoted_summary,
+    score_outputs,
+)
 from memgym_env.benchmarks.grounding import ground_writer
 from memgym_env.benchmarks.locomo import read_locomo
 from memgym_env.construction.answers import MODEL_FREE_MODES
@@ -131,6 +138,11 @@ class Evaluator:
                                               valid=lambda r: self.same_sessions(r) and self.same_dtype(r)))
         if not self.same_schema(res):
             res = self.rescored(res)
+            write_json(self.cache(name), res)
+        if res.get("grounding_rule", 1) != GROUNDING_RULE:  # read again off the outputs: nothing is generated
+            first = next(iter(self.scorers.values()))
+            res = {**res, "grounding": grounding_of(res["outputs"], {k: first.observation(k) for k in res["session_keys"]}),
+                   "grounding_rule": GROUNDING_RULE}
             write_json(self.cache(name), res)
         return res
 
@@ -274,7 +286,9 @@ class Evaluator:
 
 
     def grounding_settings(self) -> dict[str, Any]:
+        """What conv-26's writes and their grounding depend on; a cache made under other settings is made again."""
         return {"data": self.a.grounding_data, "sessions": self.a.grounding_sessions,
+                "window_tokens": self.a.write_window_tokens, "grounding_rule": GROUNDING_RULE,
                 **self.memory_settings()}
 
     def real_grounding(self, policy: str, label: str) -> dict[str, Any]:
@@ -294,7 +308,8 @@ class Evaluator:
         try:
             out = ground_writer(model, sessions, load_embedder("minilm"), max_new_tokens=settings["write_tokens"],
                                 view_k=self.a.construction_config().view_k,
-                                max_prompt_tokens=settings["write_prompt_tokens"], progress=bar.update)
+                                max_prompt_tokens=settings["write_prompt_tokens"],
+                                window_tokens=settings["window_tokens"], progress=bar.update)
         finally:
             bar.close()
             if hasattr(model, "close"):

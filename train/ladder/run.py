@@ -312,10 +312,11 @@ def _how(a: LadderArgs, stage: str, seed: int) -> str:
 
 def policy_setting(a: LadderArgs) -> dict[str, Any]:
     """The setting a shipped policy was trained and judged in, which `memgym demo` replays: the world, the users,
-    the held-out pick and the token limits."""
+    the held-out pick, the token limits and the window a longer session is written in."""
     return {"env_config": a.env_config, "env_overrides": a.env_overrides, "train_users": a.train_users,
             "held_out_users": a.held_out_users, "eval_session_pick": a.eval_session_pick,
-            "max_completion_tokens": a.max_completion_tokens, "max_prompt_tokens": a.max_prompt_tokens}
+            "max_completion_tokens": a.max_completion_tokens, "max_prompt_tokens": a.max_prompt_tokens,
+            "write_window_tokens": a.write_window_tokens}
 
 
 def export_adapter(a: LadderArgs, stage: str, seed: int, adapter: str, scores: dict[str, Any], argv: list[str],

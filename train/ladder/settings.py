@@ -181,6 +181,12 @@ class LadderArgs:
                 "to measure how much of what it writes is grounded there (memgym_env.benchmarks.grounding)."})
     grounding_sessions: int = field(default=19, metadata={
         "help": "Sessions of grounding_data written per stage (0: off); cached per stage like the other evaluations."})
+    write_window_tokens: int | None = field(default=160, metadata={
+        "help": "conv-26's writes: a session longer than this many tokens is written window by window, whole turns "
+                "each, under the session's time (membuilder.agents.session_windows): the training world's sessions "
+                "are at most about 160 tokens, conv-26's 487-1,586. None: every session whole, as published. Goes on "
+                "the shipped policy's card, so `memgym evaluate` writes the same way. The memory score's sessions "
+                "(at most 128 tokens) are never split, so it writes them whole."})
     memory_score_world: str = field(default_factory=lambda: {"num_users": 2, "num_periods": 2, "rounds_update": 1,
                                                                "seed": 4242}, metadata={
         "help": "World settings (over configs/env/base.yaml) of the interactive memory score; its users are never "
