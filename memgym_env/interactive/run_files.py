@@ -7,6 +7,7 @@ period as done). Every file of it is written atomically (``membuilder.plumbing.j
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from memgym_env.world.types import WorldUser
@@ -24,3 +25,17 @@ def finished_periods(run: Path, user: WorldUser) -> int:
     while n < len(user.periods) and (period_dir(run, user.id, n) / "evaluation.json").exists():
         n += 1
     return n
+
+
+def question_outcomes(run: Path) -> dict[str, float]:
+    """Every answered question of a run folder, ``"<user>/<period>/<question id>" -> 1.0`` when answered right,
+    else 0.0: two runs on the same world pair question by question (probes are not questions)."""
+    out: dict[str, float] = {}
+    for path in sorted(Path(run).glob("users/*/period_*/evaluation.json")):
+        try:
+            evaluation = json.loads(path.read_text(encoding="utf-8"))
+            for q in evaluation["questions"]:
+                out[f"{evaluation['user']}/{evaluation['period']}/{q['id']}"] = float(bool(q["correct"]))
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise ValueError(f"{path}: not a period evaluation with questions ({exc!r})") from exc
+    return out

@@ -104,6 +104,9 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
         # every trained stage names the machine it trained on
         assert (r["machines"] is None) == (r["stage"] == "base")
         assert r["memory_questions"] > 0 and 0.0 <= r["memory_accuracy"] <= 1.0 and r["memory_upper_bound"] is not None
+        # every question's outcome, so two stages pair question by question
+        assert len(r["memory_correct"]) == r["memory_questions"]
+        assert sum(r["memory_correct"].values()) / r["memory_questions"] == pytest.approx(r["memory_accuracy"])
         assert set(r["session_noop_evidence"]) == set(r["session_reward_evidence"])
         # and on a real dialogue no stage trained on (LoCoMo conv-26's first sessions)
         assert r["real_grounding"]["sessions"] == 2 and set(r["real_grounding"]["valid_rate"]) == set(AGENTS)
@@ -232,6 +235,12 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
     regrounded = json.loads(sft_eval.read_text())
     assert regrounded["grounding_rule"] == 2 and regrounded["grounding"] == made["grounding"]
     assert regrounded["outputs"] == made["outputs"]
+    # a memory score cached before it kept each question's outcome gets them from its run folder, answering nothing
+    memory_cache = tmp_path / "work" / "eval" / "sft-memory.transformers.json"
+    made = json.loads(memory_cache.read_text())
+    memory_cache.write_text(json.dumps({k: v for k, v in made.items() if k != "memory_correct"}))
+    assert timeless(ladder.main(_argv(tiny_path, tmp_path))) == timeless(again)
+    assert json.loads(memory_cache.read_text())["memory_correct"] == made["memory_correct"]
     rows = again  # the base row's evaluation time is the remade evaluation's
 
     # a work folder carried to a machine that keeps no files (results/ladder-change/work) holds each stage's adapter,

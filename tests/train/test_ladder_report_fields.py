@@ -106,8 +106,10 @@ def _row(stage, seed, shift=0.0, new_fields=True):
                       **{a: {"entries": 10, "grounded": 10, "grounded_rate": 1.0, "mean_share": 1.0} for a in AGENTS[1:]}},
         "memory_accuracy": 0.41, "memory_accuracy_ci": [0.35, 0.47], "memory_upper_bound": 0.8, "memory_random": 0.25,
         "memory_questions": 240, "memory_score_cells_low_headroom": 2, "memory_score_seconds": 60.0,
+        # each stage answers question i right when i % 4 < its level: GRPO seed 1 two more of every four than SFT
+        "memory_correct": {f"u/0/q{i}": float(i % 4 < {"sft": 1, "grpo": 1 + seed}.get(stage, 1)) for i in range(40)},
         "time_split": {"generation_s": 300.0, "scoring_s": 60.0, "steps": 10} if rl else None,
-        "real_grounding": {"sessions": 19, "all": {"entries": 30, "grounded": 27},
+        "real_grounding": {"sessions": 19, "outputs": 137, "all": {"entries": 30, "grounded": 27},
                            "valid_rate": {a: 1.0 - 0.1 * (a == "core") for a in AGENTS}},
         "train_signal": _signal() if rl else None,
         # SFT trained before machines were recorded; ADRPO seed 1 over two sittings on two machines
@@ -135,11 +137,16 @@ def test_each_per_stage_table_reads_its_fields_within_80_columns():
     # landed of needed, then false edits of the rest; no expert edit: "-"; quotes not checked: edits made
     assert "| sft | 0 | 32/40, 0/8 | -, 0/48 | 29/40, 3/8 | 8/9, 19/39 |" in stage_tables.expert_edit_table(rows)
     assert "| sft | 0 | 40 | 0.75 [0.60, 0.86] | - | 1.00 | 1.00 | 1.00 |" in stage_tables.grounding_table(rows)
-    assert "| grpo | 1 | 0.41 [0.35, 0.47] | 0.80 | 0.25 | 240 | 1.500 | 5 (2) |" in stage_tables.memory_table(rows)
+    memory = stage_tables.memory_table(rows)
+    assert "| grpo | 1 | 0.41 [0.35, 0.47] | 0.80 | 0.25 | 240 | 1.500 | 5 (2) |" in memory
+    # paired with SFT question by question: seed 1 answers every question SFT does and 10 more of 40
+    assert "- grpo seed 1 minus SFT, the same 40 questions: +0.250 [" in memory and "(above)" in memory
+    assert "- grpo seed 0 minus SFT, the same 40 questions: +0.000 [+0.000, +0.000] (zero inside)" in memory
+    assert "- sft seed" not in memory and "- base seed 0 minus SFT" in memory
     # RL: 10 min of training = 5 generating + 1 scoring + 4 the rest; SFT's training is all optimisation
     time = stage_tables.time_table(rows)
     assert "| adrpo | 0 | 10.0 | 5.0 | 1.0 | 4.0 | 3.0 |" in time and "| sft | 0 | 10.0 | - | - | 10.0 | 3.0 |" in time
-    assert "| sft | 0 | 19 | 30 | 0.90 [0.74, 0.97] | 0.90 |" in stage_tables.real_grounding_table(rows)
+    assert "| sft | 0 | 19 (137) | 30 | 0.90 [0.74, 0.97] | 90/100/100/100 |" in stage_tables.real_grounding_table(rows)
     machines = stage_tables.machine_table(rows)
     assert "| sft | 0 | not recorded | - | - | - |" in machines and "\n| base |" not in machines
     assert "| adrpo | 1 | AMD EPYC 9R14 96-Core | AVX512-BF16 | 2 | float32 |\n| adrpo | 1 | Intel Xeon | AMX | 2 | bfloat16 |" in machines

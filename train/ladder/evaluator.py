@@ -39,6 +39,7 @@ from memgym_env.benchmarks.locomo import read_locomo
 from memgym_env.construction.answers import MODEL_FREE_MODES
 from memgym_env.construction.audit import needs_changed_value
 from memgym_env.construction.scoring import SessionScorer, pick_sessions
+from memgym_env.interactive.run_files import question_outcomes
 from memgym_env.interactive.runner import RunConfig, evaluate_one, load_run_models
 from memgym_env.world.config import load_config
 from memgym_env.world.data_json import read_world, write_world
@@ -124,6 +125,9 @@ class Evaluator:
         memory = cached_json(self.cache(f"{name}-memory"), lambda: self.memory_score(policy, label),
                              valid=lambda m: m.get("memory_settings") == self.memory_settings() and self.same_dtype(m)
                              and (not self.scores_memory() or "memory_accuracy" in m) and self.same_schema(m))
+        if "memory_correct" not in memory and (filled := self.with_outcomes(memory, label)) is not memory:
+            memory = filled
+            write_json(self.cache(f"{name}-memory"), memory)
         # grounding off leaves its cache alone, so a sweep that skips it keeps the copied SFT figures intact
         grounding = self.real_grounding(policy, label) if not self.a.grounding_sessions else cached_json(
             self.cache(f"{name}-grounding"), lambda: self.real_grounding(policy, label),
@@ -239,6 +243,18 @@ class Evaluator:
             write_world(generate_world(load_config("configs/env/base.yaml", dict(self.a.memory_score_world))), path)
         return path
 
+    def interactive_dir(self, label: str) -> Path:
+        """A stage's interactive run folder (its questions and answers, period by period)."""
+        return self.work / "interactive" / f"{label}.{self.a.eval_engine}.w{self.memory_settings()['write_tokens']}"
+
+    def with_outcomes(self, memory: dict[str, Any], label: str) -> dict[str, Any]:
+        """A memory score with each question's outcome (``memory_correct``), so stages pair question by question;
+        one cached before it kept them gets them from its run folder, answering nothing again."""
+        if "memory_correct" in memory or memory.get("memory_accuracy") is None:
+            return memory
+        run = self.interactive_dir(label)
+        return {**memory, "memory_correct": question_outcomes(run) if run.is_dir() else None}
+
     def scores_memory(self) -> bool:
         return bool(self.a.memory_score_world) and self.a.interactive_eval
 
@@ -256,8 +272,7 @@ class Evaluator:
         # on eval_engine, named outright: a short model name would pick vLLM wherever it is installed.
         engine = self.a.eval_engine
         settings = self.memory_settings()
-        cfg = RunConfig(world=str(world_path), assistant="membuilder",
-                        out=str(self.work / "interactive" / f"{label}.{engine}.w{settings['write_tokens']}"),
+        cfg = RunConfig(world=str(world_path), assistant="membuilder", out=str(self.interactive_dir(label)),
                         model=f"{engine}:{self.a.model_name_or_path}",
                         policy_model=merged_path(policy) if trained else policy, factual_recall=False,
                         probes=False, **settings)
@@ -278,6 +293,7 @@ class Evaluator:
         return {"memory_score": score, "memory_score_ci": bootstrap_ci(cells), "engine_dtype": self.engine_dtype(),
                 "ops_schema": OPS_SCHEMA,
                 "memory_score_cells": sum(v is not None for v in cells), "memory_settings": settings,
+                "memory_correct": question_outcomes(Path(cfg.out)),
                 "memory_score_cells_low_headroom": overall.get("memory_score_cells_low_headroom"),
                 "memory_accuracy": overall.get("accuracy"), "memory_accuracy_ci": overall.get("accuracy_ci95"),
                 "memory_upper_bound": overall.get("upper_bound"), "memory_random": overall.get("random"),

@@ -245,7 +245,7 @@ def row(stage: str, seed: int, res: dict[str, Any], users: list[str], seconds: f
 
 # The interactive evaluation's figures a row carries beside the memory score (Evaluator.memory_score).
 MEMORY_FIELDS = ("memory_accuracy", "memory_accuracy_ci", "memory_upper_bound", "memory_random", "memory_questions",
-                 "memory_score_cells_low_headroom", "memory_score_seconds")
+                 "memory_score_cells_low_headroom", "memory_score_seconds", "memory_correct")
 
 
 def learnable(res: dict[str, Any]) -> dict[str, Any]:

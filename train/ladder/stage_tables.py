@@ -97,10 +97,12 @@ def grounding_table(rows: list[dict[str, Any]]) -> str:
 def real_grounding_table(rows: list[dict[str, Any]]) -> str:
     """Per row, the same measure on a real dialogue no stage trained on (LoCoMo conv-26): what the policy writes
     there, not in its training world."""
-    body = [[r["stage"], str(r["seed"]), str(g["sessions"]), str(g["all"].get("entries", 0)),
-             _grounded(g["all"], True), _num(min(g["valid_rate"].values()), ".2f")]
+    body = [[r["stage"], str(r["seed"]), str(g["sessions"]) + (f" ({g['outputs']})" if g.get("outputs") else ""),
+             str(g["all"].get("entries", 0)),
+             _grounded(g["all"], True), "/".join(f"{100 * g['valid_rate'][a]:.0f}" for a in AGENTS)]
             for r in rows if (g := r.get("real_grounding")) and g.get("all")]
-    return _md(["stage", "seed", "sessions", "n", "grounded [95% CI]", "min valid"], body) if body else ""
+    return _md(["stage", "seed", "sessions (writes)", "n", "grounded [95% CI]", "valid % C/E/S/P"],
+               body) if body else ""
 
 
 def memory_table(rows: list[dict[str, Any]]) -> str:
@@ -117,8 +119,18 @@ def memory_table(rows: list[dict[str, Any]]) -> str:
     body = [[r["stage"], str(r["seed"]), accuracy(r), _num(r.get("memory_upper_bound"), ".2f"),
              _num(r.get("memory_random"), ".2f"), _count(r.get("memory_questions")), _num(r.get("memory_score")),
              cells(r)] for r in rows if r.get("memory_accuracy") is not None or r.get("memory_score") is not None]
-    return _md(["stage", "seed", "accuracy [95% CI]", "bound", "random", "qs", "score", "cells (low)"], body) \
-        if body else ""
+    if not body:
+        return ""
+    table = _md(["stage", "seed", "accuracy [95% CI]", "bound", "random", "qs", "score", "cells (low)"], body)
+    sft = next((r.get("memory_correct") for r in rows if r["stage"] == "sft"), None)
+    paired = []
+    for r in rows:  # the same questions answered from this stage's memory and from SFT's
+        if sft and r.get("memory_correct") and r["stage"] != "sft":
+            d = stats.paired_difference(sft, r["memory_correct"])
+            paired.append(f"- {r['stage']} seed {r['seed']} minus SFT, the same {d['n']} questions: {d['mean']:+.3f} "
+                          f"[{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}] ({stats.against_zero(d['ci'])})")
+    return table + ("\n\nAccuracy paired against SFT's (95% bootstrap over questions, which come from few users and "
+                    "periods: narrower than the evidence):\n\n" + "\n".join(paired) if paired else "")
 
 
 def time_table(rows: list[dict[str, Any]]) -> str:
@@ -174,10 +186,12 @@ STAGE_TABLES = (
                         "another memory's):"),
     (quotes_table, "Held-out edits that found the memory they quote (UPDATE and MERGE entries, Core REPLACE "
                    "text), of all quoted: a miss writes the new value beside the stale one, or changes nothing:"),
-    (grounding_table, "Written entries grounded in the session or the memory shown: grounded rate over `n` "
+    (grounding_table, "Written entries grounded in the session, its time or the memory shown: grounded rate over `n` "
                       "entries, `all` with a 95% Wilson interval, then per memory:"),
     (real_grounding_table, "Grounding on a real dialogue (LoCoMo conv-26's first sessions, memory written in "
-                           "order): entries grounded, 95% Wilson interval, and the lowest agent's valid-JSON share:"),
+                           "order, a session longer than `write_window_tokens` window by window): entries grounded, "
+                           "95% Wilson interval, and each agent's valid-JSON share of its writes (one per session or "
+                           "window, in brackets):"),
     (memory_table, "Interactive memory evaluation: accuracy [95% Wilson], its upper bound (`bound`), chance "
                    "(`random`), questions (`qs`); the memory score and its cells, with those left out for "
                    "low headroom in brackets:"),
