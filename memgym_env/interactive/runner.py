@@ -89,6 +89,9 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         check_memory_view(self.memory_view)  # refused before a run folder is claimed
+        if self.write_window_tokens is not None and self.write_window_tokens < 1:
+            raise ValueError(f"--write_window_tokens {self.write_window_tokens}: a window holds at least 1 token "
+                             "(leave it out to write every session whole)")
 
     def constructor(self) -> str | None:
         """The model spec that writes a membuilder assistant's memory (None for other assistants)."""

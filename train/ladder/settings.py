@@ -218,6 +218,9 @@ class LadderArgs:
             raise ValueError(f"eval_session_pick {self.eval_session_pick!r}; expected one of {SESSION_PICKS}")
         if self.eval_engine not in ("transformers", "vllm"):
             raise ValueError(f"eval_engine {self.eval_engine!r}: use 'transformers' or 'vllm'")
+        if self.write_window_tokens is not None and self.write_window_tokens < 1:
+            raise ValueError(f"write_window_tokens {self.write_window_tokens}: a window holds at least 1 token "
+                             "(null writes every session whole)")
         if self.vllm_kv_cache_gb < 1:
             raise ValueError(f"vllm_kv_cache_gb {self.vllm_kv_cache_gb}: vLLM's CPU engine needs at least 1 GB")
         unknown = [s for s in self.rl_stages if s not in RL_STAGES]
