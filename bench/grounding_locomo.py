@@ -4,9 +4,10 @@
     python bench/grounding_locomo.py --writers smollm2-135m-memgym --sessions 19 --out /tmp/g.json
 
 Each writer builds MemBuilder memory over the conversation's first N sessions, greedy, as
-``memgym eval --system membuilder`` does, and every entry it writes is checked against the session
-and the memory it was shown (``membuilder.memory.grounding``: grounded when 70% of its content
-words are there). Writes bench/results/grounding_locomo.json and a Markdown table beside it.
+``memgym eval --system membuilder`` does (``--window-tokens``: a longer session window by window),
+and every entry it writes is checked against the session, its time and the memory it was shown
+(``membuilder.memory.grounding``: grounded when 70% of its content words are there), and against
+the dialogue alone. Writes bench/results/grounding_locomo.json and a Markdown table beside it.
 """
 
 from __future__ import annotations
@@ -50,13 +51,17 @@ def ground_spec(spec: str, sessions, embedder, max_new_tokens: int, view_k: int,
 def table(result: dict) -> str:
     lines = [f"LoCoMo {result['conversation']}, first {result['sessions']} sessions; entry grounded when >= 70% of its "
              "content words are in the session or the memory shown", "",
-             "| writer | entries | grounded [95% CI] | mean share | " + " | ".join(f"valid {a}" for a in AGENTS) + " |",
-             "|---|---:|---|---:|" + "---:|" * len(AGENTS)]
+             "| writer | entries | grounded [95% CI] | in the dialogue alone [95% CI] | mean share | "
+             + " | ".join(f"valid {a}" for a in AGENTS) + " |",
+             "|---|---:|---|---|---:|" + "---:|" * len(AGENTS)]
+
+    def rate(a):
+        return f"{a['grounded_rate']:.3f} [{a['ci'][0]:.3f}, {a['ci'][1]:.3f}]" if a["ci"] else "-"
+
     for spec, r in result["writers"].items():
         a = r["all"]
-        rate = f"{a['grounded_rate']:.3f} [{a['ci'][0]:.3f}, {a['ci'][1]:.3f}]" if a["ci"] else "-"
         share = f"{a['mean_share']:.3f}" if a["mean_share"] is not None else "-"
-        lines.append(f"| {spec} | {a['entries']} | {rate} | {share} | "
+        lines.append(f"| {spec} | {a['entries']} | {rate(a)} | {rate(r['dialogue']['all'])} | {share} | "
                      + " | ".join(f"{r['valid_rate'][x]:.2f}" for x in AGENTS) + " |")
     return "\n".join(lines)
 

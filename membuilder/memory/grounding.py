@@ -35,13 +35,16 @@ def content_words(text: str) -> set[str]:
 
 def grounded_share(text: str, sources: Iterable[str]) -> float | None:
     """The share of ``text``'s content words found in ``sources``; None when it has none."""
-    words = content_words(text)
-    if not words:
-        return None
     known: set[str] = set()
     for s in sources:
         known |= content_words(s)
-    return len(words & known) / len(words)
+    return share_in(text, known)
+
+
+def share_in(text: str, known: set[str]) -> float | None:
+    """The share of ``text``'s content words among ``known`` words (gathered once, e.g. a dialogue so far)."""
+    words = content_words(text)
+    return len(words & known) / len(words) if words else None
 
 
 @dataclass

@@ -18,11 +18,20 @@ from membuilder.agents.membuilder_assistant import writer_observation
 from membuilder.agents.session_windows import session_windows
 from membuilder.llm.base import Sampling
 from membuilder.memory import MemoryBank
-from membuilder.memory.grounding import GROUNDING_RULE, Grounding, grounded_share, written_units
+from membuilder.memory.grounding import (
+    GROUNDING_RULE,
+    Grounding,
+    content_words,
+    grounded_share,
+    share_in,
+    written_units,
+)
 from membuilder.memory.ops import AGENTS, parse
 from membuilder.plumbing.stats import wilson
 
 EXAMPLES = 12  # entries kept as examples, so a reader sees what "ungrounded" looks like
+# What each written entry is checked against: what the writer was shown, and the dialogue alone
+MEASURES = ("shown", "dialogue")
 
 
 def ground_writer(model, sessions: Sequence[Any], embedder, *, max_new_tokens: int, view_k: int,
@@ -30,19 +39,27 @@ def ground_writer(model, sessions: Sequence[Any], embedder, *, max_new_tokens: i
                   progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Memory written by ``model`` (a ``ChatModel``) over ``sessions``, one after another (a session longer than
     ``window_tokens`` window by window, as ``MemBuilderAssistant`` writes it), and the grounding of every entry:
-    ``{"all": {entries, grounded, grounded_rate, mean_share, ci}, "per_agent": ..., "valid_rate": {agent: share
-    of outputs with valid JSON}, "outputs": how many each agent wrote (one per session or window), ...}``."""
+    ``{"all": {entries, grounded, grounded_rate, mean_share, ci}, "per_agent": ..., "dialogue": the same against
+    the dialogue alone, "valid_rate": {agent: share of outputs with valid JSON}, "outputs": how many each agent
+    wrote (one per session or window), "writes": every entry written, ...}``.
+
+    Two measures: grounded in what the writer was shown (the window, its time and the memory; the issue's
+    definition), and grounded in the dialogue so far (every window and session time up to this write, not the
+    memory). An invented entry copied into another memory passes the first, since the copy is in the memory
+    shown; it fails the second."""
     policy = MemBuilderPolicy(model, Sampling(temperature=0.0, max_new_tokens=max_new_tokens),
                               max_prompt_tokens=max_prompt_tokens)
     bank = MemoryBank(embedder)
-    per_agent = {a: Grounding() for a in AGENTS}
+    per_agent = {m: {a: Grounding() for a in AGENTS} for m in MEASURES}
     valid = {a: 0 for a in AGENTS}
     outputs_made = 0
-    examples: list[dict[str, Any]] = []
+    heard: set[str] = set()  # content words of the dialogue so far
+    writes: list[dict[str, Any]] = []
     for session in sessions:
-        for window in session_windows(session.render(), window_tokens, model.count_tokens):
+        for w, window in enumerate(session_windows(session.render(), window_tokens, model.count_tokens)):
             obs = writer_observation(bank, window, session.time, view_k)
             sources = shown_texts(obs)
+            heard |= content_words(window) | content_words(session.time or "")
             outputs = policy.act(obs)
             outputs_made += 1
             for agent in AGENTS:
@@ -51,21 +68,30 @@ def ground_writer(model, sessions: Sequence[Any], embedder, *, max_new_tokens: i
                 if not parsed.valid:
                     continue
                 for unit in written_units(parsed.ops, bank.core.text):
-                    share = grounded_share(unit, sources)
-                    per_agent[agent].add(share)
-                    if share is not None and len(examples) < EXAMPLES:
-                        examples.append({"session": session.id, "agent": agent, "text": unit[:200],
-                                         "share": round(share, 3)})
+                    shares = {"shown": grounded_share(unit, sources), "dialogue": share_in(unit, heard)}
+                    for m, share in shares.items():
+                        per_agent[m][agent].add(share)
+                    if shares["shown"] is not None:
+                        writes.append({"session": session.id, "window": w, "agent": agent, "text": unit,
+                                       **{m: round(v, 3) for m, v in shares.items()}})
             for agent in AGENTS:
                 bank.apply(agent, outputs[agent], time=session.time, session=session.id)
         if progress:
             progress(1)
+    totals = {m: _total(per_agent[m].values()) for m in MEASURES}
+    n = max(1, outputs_made)
+    return {"all": totals["shown"], "per_agent": {a: g.to_dict() for a, g in per_agent["shown"].items()},
+            "dialogue": {"all": totals["dialogue"],
+                         "per_agent": {a: g.to_dict() for a, g in per_agent["dialogue"].items()}},
+            "valid_rate": {a: valid[a] / n for a in AGENTS}, "sessions": len(sessions), "outputs": outputs_made,
+            "window_tokens": window_tokens, "grounding_rule": GROUNDING_RULE, "measures": list(MEASURES),
+            "examples": [{k: (v[:200] if k == "text" else v) for k, v in x.items()} for x in writes[:EXAMPLES]],
+            "writes": writes}
+
+
+def _total(groundings) -> dict[str, Any]:
     total = Grounding()
-    for g in per_agent.values():
+    for g in groundings:
         total.entries, total.grounded, total.share_sum = (total.entries + g.entries, total.grounded + g.grounded,
                                                           total.share_sum + g.share_sum)
-    n = max(1, outputs_made)
-    return {"all": {**total.to_dict(), "ci": wilson(total.grounded, total.entries)},
-            "per_agent": {a: g.to_dict() for a, g in per_agent.items()},
-            "valid_rate": {a: valid[a] / n for a in AGENTS}, "sessions": len(sessions), "outputs": outputs_made,
-            "window_tokens": window_tokens, "grounding_rule": GROUNDING_RULE, "examples": examples}
+    return {**total.to_dict(), "ci": wilson(total.grounded, total.entries)}

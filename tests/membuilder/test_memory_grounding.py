@@ -8,6 +8,7 @@ from membuilder.memory.grounding import (
     Grounding,
     content_words,
     grounded_share,
+    share_in,
     written_units,
 )
 from membuilder.memory.ops import parse
@@ -62,3 +63,11 @@ def test_a_date_taken_from_the_sessions_time_is_grounded():
     assert shown_texts(obs)[:2] == [SESSION, "1:56 pm on 8 May, 2023"]
     without_time = grounded_share("8 May 2023: Caroline lost her job", [SESSION])
     assert without_time is not None and without_time < GROUNDED_SHARE
+
+
+def test_an_invented_entry_copied_from_memory_is_grounded_in_the_memory_not_in_the_dialogue():
+    invented = "Pet: a Labrador retriever named Biscuit"
+    heard = content_words(SESSION)
+    assert grounded_share(invented, [SESSION, invented]) == 1.0  # the copy is in the memory shown
+    assert share_in(invented, heard) == 0.0  # no word of it was ever said
+    assert share_in("Caroline lost her job", heard) == 1.0 and share_in("the and", heard) is None

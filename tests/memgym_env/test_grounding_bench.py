@@ -33,3 +33,6 @@ def test_grounding_bench_writes_long_sessions_in_windows(tiny_chat_path, shared_
     r = result["writers"][tiny_chat_path]
     assert result["window_tokens"] == 160 and r["window_tokens"] == 160
     assert r["sessions"] == 1 and r["outputs"] >= 3 and r["grounding_rule"] == 2
+    # both measures over the same entries, each entry kept with its window and shares
+    assert r["dialogue"]["all"]["entries"] == r["all"]["entries"] == len(r["writes"])
+    assert all(0 <= w["window"] < r["outputs"] and w["agent"] in r["per_agent"] for w in r["writes"])

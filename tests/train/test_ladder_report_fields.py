@@ -110,6 +110,7 @@ def _row(stage, seed, shift=0.0, new_fields=True):
         "memory_correct": {f"u/0/q{i}": float(i % 4 < {"sft": 1, "grpo": 1 + seed}.get(stage, 1)) for i in range(40)},
         "time_split": {"generation_s": 300.0, "scoring_s": 60.0, "steps": 10} if rl else None,
         "real_grounding": {"sessions": 19, "outputs": 137, "all": {"entries": 30, "grounded": 27},
+                           "dialogue": {"all": {"entries": 30, "grounded": 21}},
                            "valid_rate": {a: 1.0 - 0.1 * (a == "core") for a in AGENTS}},
         "train_signal": _signal() if rl else None,
         # SFT trained before machines were recorded; ADRPO seed 1 over two sittings on two machines
@@ -146,7 +147,9 @@ def test_each_per_stage_table_reads_its_fields_within_80_columns():
     # RL: 10 min of training = 5 generating + 1 scoring + 4 the rest; SFT's training is all optimisation
     time = stage_tables.time_table(rows)
     assert "| adrpo | 0 | 10.0 | 5.0 | 1.0 | 4.0 | 3.0 |" in time and "| sft | 0 | 10.0 | - | - | 10.0 | 3.0 |" in time
-    assert "| sft | 0 | 19 (137) | 30 | 0.90 [0.74, 0.97] | 90/100/100/100 |" in stage_tables.real_grounding_table(rows)
+    real = stage_tables.real_grounding_table(rows)
+    assert "| sft | 0 | 19 (137) | 30 | 0.90 [0.74, 0.97] | 90/100/100/100 |" in real
+    assert "- sft seed 0: 0.70 [0.52, 0.83] of 30 entries grounded in the dialogue alone" in real
     machines = stage_tables.machine_table(rows)
     assert "| sft | 0 | not recorded | - | - | - |" in machines and "\n| base |" not in machines
     assert "| adrpo | 1 | AMD EPYC 9R14 96-Core | AVX512-BF16 | 2 | float32 |\n| adrpo | 1 | Intel Xeon | AMX | 2 | bfloat16 |" in machines

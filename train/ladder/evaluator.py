@@ -34,6 +34,7 @@ from membuilder.training.policy_eval import (
     quoted_summary,
     score_outputs,
 )
+from memgym_env.benchmarks.grounding import MEASURES as GROUNDING_MEASURES
 from memgym_env.benchmarks.grounding import ground_writer
 from memgym_env.benchmarks.locomo import read_locomo
 from memgym_env.construction.answers import MODEL_FREE_MODES
@@ -305,6 +306,7 @@ class Evaluator:
         """What conv-26's writes and their grounding depend on; a cache made under other settings is made again."""
         return {"data": self.a.grounding_data, "sessions": self.a.grounding_sessions,
                 "window_tokens": self.a.write_window_tokens, "grounding_rule": GROUNDING_RULE,
+                "measures": list(GROUNDING_MEASURES),
                 **self.memory_settings()}
 
     def real_grounding(self, policy: str, label: str) -> dict[str, Any]:

@@ -233,7 +233,10 @@ def row(stage: str, seed: int, res: dict[str, Any], users: list[str], seconds: f
             "held_out_actions_changed": (held_out_actions({k: o for k, o in outputs.items() if changed.get(k)})
                                          if outputs and any(changed.values()) else None),
             "held_out_quotes": res.get("quoted"), "held_out_edits_vs_expert": against_expert,
-            "grounding": res.get("grounding"), "real_grounding": res.get("real_grounding"), "time_split": time_split,
+            "grounding": res.get("grounding"), "time_split": time_split,
+            # every entry written stays in the stage's cache (eval/<stage>-grounding.*.json), not in each row
+            "real_grounding": {k: v for k, v in res["real_grounding"].items() if k != "writes"}
+            if res.get("real_grounding") else None,
             "machines": machines or None,
             **{k: res.get(k) for k in MEMORY_FIELDS},
             # per held-out session, so two stages can be compared session by session (a paired bootstrap)

@@ -101,8 +101,14 @@ def real_grounding_table(rows: list[dict[str, Any]]) -> str:
              str(g["all"].get("entries", 0)),
              _grounded(g["all"], True), "/".join(f"{100 * g['valid_rate'][a]:.0f}" for a in AGENTS)]
             for r in rows if (g := r.get("real_grounding")) and g.get("all")]
-    return _md(["stage", "seed", "sessions (writes)", "n", "grounded [95% CI]", "valid % C/E/S/P"],
-               body) if body else ""
+    if not body:
+        return ""
+    dialogue = [f"- {r['stage']} seed {r['seed']}: {_grounded(d['all'], True)} of {d['all']['entries']} entries "
+                "grounded in the dialogue alone (every window and session time so far, not the memory)"
+                for r in rows if (d := (r.get("real_grounding") or {}).get("dialogue")) and d.get("all")]
+    return _md(["stage", "seed", "sessions (writes)", "n", "grounded [95% CI]", "valid % C/E/S/P"], body) + (
+        "\n\nAn invented entry copied into another memory is grounded in the memory shown, not in the dialogue:"
+        "\n\n" + "\n".join(dialogue) if dialogue else "")
 
 
 def memory_table(rows: list[dict[str, Any]]) -> str:
