@@ -108,10 +108,14 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
         assert len(r["memory_correct"]) == r["memory_questions"]
         assert sum(r["memory_correct"].values()) / r["memory_questions"] == pytest.approx(r["memory_accuracy"])
         assert set(r["session_noop_evidence"]) == set(r["session_reward_evidence"])
-        # and on a real dialogue no stage trained on (LoCoMo conv-26's first sessions)
-        assert r["real_grounding"]["sessions"] == 2 and set(r["real_grounding"]["valid_rate"]) == set(AGENTS)
-        # ... each session longer than the training world's written in windows of whole turns
-        assert r["real_grounding"]["window_tokens"] == 160 and r["real_grounding"]["outputs"] > 2
+        # and on a real dialogue no stage trained on (LoCoMo conv-26's first sessions): base, SFT and the first
+        # seed's RL stages (grounding_seeds), further seeds skip it
+        if r["seed"] == 1:
+            assert r["real_grounding"] is None
+        else:
+            assert r["real_grounding"]["sessions"] == 2 and set(r["real_grounding"]["valid_rate"]) == set(AGENTS)
+            # ... each session longer than the training world's written in windows of whole turns
+            assert r["real_grounding"]["window_tokens"] == 160 and r["real_grounding"]["outputs"] > 2
         # the held-out set's no-op and oracle rewards, and the stage's gain over no-op against the oracle's
         assert r["held_out_pick"] == "every_period"
         assert r["noop_evidence"] == saved[0]["noop_evidence"] and r["oracle_evidence"] == saved[0]["oracle_evidence"]

@@ -118,8 +118,9 @@ class Evaluator:
         res["eval_seconds"] = round(time.perf_counter() - t0, 1)
         return res
 
-    def cached(self, policy: str, label: str, name: str) -> dict[str, Any]:
-        """Held-out generation and the memory score of one stage, each cached on its own."""
+    def cached(self, policy: str, label: str, name: str, grounding: bool = True) -> dict[str, Any]:
+        """Held-out generation and the memory score of one stage, each cached on its own; ``grounding`` False
+        writes no conv-26 memory but still shows a valid cached one."""
         res = self.held_out(policy, label, name)
         # The memory score and the conv-26 writes chain sessions (what one parse keeps, the next prompt shows), so
         # made under another parse rule they are made again, not scored again.
@@ -129,11 +130,18 @@ class Evaluator:
         if "memory_correct" not in memory and (filled := self.with_outcomes(memory, label)) is not memory:
             memory = filled
             write_json(self.cache(f"{name}-memory"), memory)
+        def valid(g: dict[str, Any]) -> bool:
+            return g.get("settings") == self.grounding_settings() and self.same_dtype(g) and self.same_schema(g)
+
         # grounding off leaves its cache alone, so a sweep that skips it keeps the copied SFT figures intact
-        grounding = self.real_grounding(policy, label) if not self.a.grounding_sessions else cached_json(
-            self.cache(f"{name}-grounding"), lambda: self.real_grounding(policy, label),
-            valid=lambda g: g.get("settings") == self.grounding_settings() and self.same_dtype(g)
-            and self.same_schema(g))
+        path = self.cache(f"{name}-grounding")
+        if not self.a.grounding_sessions:
+            grounding = self.real_grounding(policy, label)
+        elif grounding:
+            grounding = cached_json(path, lambda: self.real_grounding(policy, label), valid=valid)
+        else:
+            kept = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+            grounding = kept if valid(kept) else {}
         return {**res, **memory, "real_grounding": grounding if grounding.get("all") else None}
 
     def held_out(self, policy: str, label: str, name: str) -> dict[str, Any]:

@@ -399,7 +399,8 @@ def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
             policy = train_rl(a, stage, seed, sft_policy, folder, curve)
             timings.setdefault(f"{stage}/{seed}", _train_seconds(folder, time.perf_counter() - t))
             points = same_pick(cached_json(folder / "curve_points.json", lambda c=curve: c.points), a.eval_session_pick)
-            res = evaluate.cached(policy, f"{stage} seed {seed}", f"{stage}-{seed}")
+            res = evaluate.cached(policy, f"{stage} seed {seed}", f"{stage}-{seed}",
+                                  grounding=seed in a.grounding_seeds)
             curve_rows = make_curve(folder, sft_res, res, points, evaluate.curve_keys(), steps[stage])
             rows.append(row(stage, seed, res, evaluate.users, timings[f"{stage}/{seed}"], curve_rows,
                             rl_signal(folder), rollout_actions(folder), a.alpha(stage), a.attribution(stage),

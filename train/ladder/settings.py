@@ -181,6 +181,10 @@ class LadderArgs:
                 "to measure how much of what it writes is grounded there (memgym_env.benchmarks.grounding)."})
     grounding_sessions: int = field(default=19, metadata={
         "help": "Sessions of grounding_data written per stage (0: off); cached per stage like the other evaluations."})
+    grounding_seeds: list[int] = field(default_factory=lambda: [0], metadata={
+        "help": "RL seeds whose stages also write conv-26 (base and SFT always do): the goal is read on the shipped "
+                "policy (a first seed), and in windows of 160 tokens conv-26 costs 13-21 minutes a stage on 2 cores, "
+                "so further seeds skip it. A cached conv-26 result of another seed is still shown."})
     write_window_tokens: int | None = field(default=160, metadata={
         "help": "conv-26's writes: a session longer than this many tokens is written window by window, whole turns "
                 "each, under the session's time (membuilder.agents.session_windows): the training world's sessions "

@@ -21,7 +21,8 @@ from train.ladder.settings import OUTPUT_OPTIONS, RL_STAGES, LadderArgs, flatten
 # evaluation and curve point records its pick (one made with another is made again or left out); ``set`` is
 # already in the mappings; the grounding measure on a real dialogue is cached per stage with its own settings.
 FREE_SETTINGS = (*OUTPUT_OPTIONS, "seeds", "stage_seeds", "rl_stages", "rollout_logs", "eval_engine", "eval_session_pick",
-                 "grounding_data", "grounding_sessions", "write_window_tokens", "interactive_eval", "set")
+                 "grounding_data", "grounding_sessions", "grounding_seeds", "write_window_tokens", "interactive_eval",
+                 "set")
 FREE_FIELDS = ("save_steps",)  # of any stage: how often it checkpoints
 
 # Settings added after work folders were first made, with the value those folders ran under: a settings.json
