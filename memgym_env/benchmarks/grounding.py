@@ -86,7 +86,27 @@ def ground_writer(model, sessions: Sequence[Any], embedder, *, max_new_tokens: i
             "valid_rate": {a: valid[a] / n for a in AGENTS}, "sessions": len(sessions), "outputs": outputs_made,
             "window_tokens": window_tokens, "grounding_rule": GROUNDING_RULE, "measures": list(MEASURES),
             "examples": [{k: (v[:200] if k == "text" else v) for k, v in x.items()} for x in writes[:EXAMPLES]],
-            "writes": writes}
+            "distinct": distinct_grounding(writes), "writes": writes}
+
+
+def distinct_grounding(writes: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The two measures over distinct entries (a text counted once, where it was first written, whichever memory
+    holds it), and how many distinct entries are questions: a writer that copies one line into every window
+    otherwise weighs that line as many times as it copied it, and a question from the dialogue stored as a
+    memory (``Career options: which one do you think ...?``) has its words there without saying anything."""
+    seen: set[str] = set()
+    totals = {m: Grounding() for m in MEASURES}
+    questions = 0
+    for w in writes:
+        key = " ".join(w["text"].casefold().split())
+        if key in seen:
+            continue
+        seen.add(key)
+        for m in MEASURES:
+            totals[m].add(w.get(m))
+        questions += "?" in w["text"]
+    return {**{m: {**g.to_dict(), "ci": wilson(g.grounded, g.entries)} for m, g in totals.items()},
+            "entries": len(seen), "questions": questions}
 
 
 def _total(groundings) -> dict[str, Any]:

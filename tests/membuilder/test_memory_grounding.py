@@ -71,3 +71,4 @@ def test_an_invented_entry_copied_from_memory_is_grounded_in_the_memory_not_in_t
     assert grounded_share(invented, [SESSION, invented]) == 1.0  # the copy is in the memory shown
     assert share_in(invented, heard) == 0.0  # no word of it was ever said
     assert share_in("Caroline lost her job", heard) == 1.0 and share_in("the and", heard) is None
+

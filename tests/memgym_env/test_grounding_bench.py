@@ -11,6 +11,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import grounding_locomo  # noqa: E402
 
+from memgym_env.benchmarks.grounding import distinct_grounding  # noqa: E402
+
 
 def test_grounding_bench_on_one_session_with_a_tiny_writer(tiny_chat_path, shared_data, tmp_path):
     out = tmp_path / "g.json"
@@ -36,3 +38,15 @@ def test_grounding_bench_writes_long_sessions_in_windows(tiny_chat_path, shared_
     # both measures over the same entries, each entry kept with its window and shares
     assert r["dialogue"]["all"]["entries"] == r["all"]["entries"] == len(r["writes"])
     assert all(0 <= w["window"] < r["outputs"] and w["agent"] in r["per_agent"] for w in r["writes"])
+    assert r["distinct"] == distinct_grounding(json.loads(json.dumps(r["writes"])))
+
+
+def test_distinct_entries_count_a_copied_line_once_and_name_questions():
+    writes = [{"text": "Pet: a Labrador", "shown": 0.0, "dialogue": 0.0},
+              {"text": "pet:  a labrador", "shown": 1.0, "dialogue": 0.0},  # the same line copied on
+              {"text": "Career: which one did she choose?", "shown": 1.0, "dialogue": 1.0},
+              {"text": "Caroline lost her job", "shown": 1.0, "dialogue": 1.0}]
+    d = distinct_grounding(writes)
+    assert d["entries"] == 3 and d["questions"] == 1
+    assert (d["shown"]["entries"], d["shown"]["grounded"]) == (3, 2)  # the copy's 1.0 is not counted
+    assert (d["dialogue"]["entries"], d["dialogue"]["grounded"]) == (3, 2)

@@ -111,6 +111,8 @@ def _row(stage, seed, shift=0.0, new_fields=True):
         "time_split": {"generation_s": 300.0, "scoring_s": 60.0, "steps": 10} if rl else None,
         "real_grounding": {"sessions": 19, "outputs": 137, "all": {"entries": 30, "grounded": 27},
                            "dialogue": {"all": {"entries": 30, "grounded": 21}},
+                           "distinct": {"entries": 12, "questions": 5, "shown": {"entries": 12, "grounded": 9},
+                                        "dialogue": {"entries": 12, "grounded": 6}},
                            "valid_rate": {a: 1.0 - 0.1 * (a == "core") for a in AGENTS}},
         "train_signal": _signal() if rl else None,
         # SFT trained before machines were recorded; ADRPO seed 1 over two sittings on two machines
@@ -150,6 +152,9 @@ def test_each_per_stage_table_reads_its_fields_within_80_columns():
     real = stage_tables.real_grounding_table(rows)
     assert "| sft | 0 | 19 (137) | 30 | 0.90 [0.74, 0.97] | 90/100/100/100 |" in real
     assert "- sft seed 0: 0.70 [0.52, 0.83] of 30 entries grounded in the dialogue alone" in real
+    # each text once: 12 distinct entries, 5 of them questions
+    assert ("distinct entries 12: 0.75 [0.47, 0.91] in what was shown, 0.50 [0.25, 0.75] in the dialogue alone, "
+            "5 of them questions") in real
     machines = stage_tables.machine_table(rows)
     assert "| sft | 0 | not recorded | - | - | - |" in machines and "\n| base |" not in machines
     assert "| adrpo | 1 | AMD EPYC 9R14 96-Core | AVX512-BF16 | 2 | float32 |\n| adrpo | 1 | Intel Xeon | AMX | 2 | bfloat16 |" in machines

@@ -41,6 +41,7 @@ from typing import Any
 from membuilder.plumbing.json_files import atomic_write_bytes, write_json
 from membuilder.plumbing.stats import bootstrap_ci
 from membuilder.training.checkpoints import save_policy, set_adapter_base
+from memgym_env.benchmarks.grounding import distinct_grounding
 from train import adrpo, sft
 from train.common import close_colocated_engine
 from train.ladder import machine
@@ -235,8 +236,7 @@ def row(stage: str, seed: int, res: dict[str, Any], users: list[str], seconds: f
             "held_out_quotes": res.get("quoted"), "held_out_edits_vs_expert": against_expert,
             "grounding": res.get("grounding"), "time_split": time_split,
             # every entry written stays in the stage's cache (eval/<stage>-grounding.*.json), not in each row
-            "real_grounding": {k: v for k, v in res["real_grounding"].items() if k != "writes"}
-            if res.get("real_grounding") else None,
+            "real_grounding": _real_grounding(res.get("real_grounding")),
             "machines": machines or None,
             **{k: res.get(k) for k in MEMORY_FIELDS},
             # per held-out session, so two stages can be compared session by session (a paired bootstrap)
@@ -264,6 +264,15 @@ def learnable(res: dict[str, Any]) -> dict[str, Any]:
             "gain_evidence": res["gain"]["evidence"], "gain_evidence_ci": bootstrap_ci(gains),
             "oracle_gain_evidence": res["oracle_gain"]["evidence"],
             "per_period_evidence": (res.get("per_period") or {}).get("evidence")}
+
+
+def _real_grounding(g: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A stage's conv-26 result for its row: every entry written stays in its cache (eval/<stage>-grounding.*.json),
+    not in each row; the distinct-entry figures are made from those entries where the cache predates them."""
+    if not g:
+        return None
+    distinct = g.get("distinct") or (distinct_grounding(g["writes"]) if g.get("writes") else None)
+    return {**{k: v for k, v in g.items() if k != "writes"}, "distinct": distinct}
 
 
 def _scores(r: dict[str, Any]) -> dict[str, Any]:

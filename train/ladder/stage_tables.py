@@ -105,10 +105,19 @@ def real_grounding_table(rows: list[dict[str, Any]]) -> str:
         return ""
     dialogue = [f"- {r['stage']} seed {r['seed']}: {_grounded(d['all'], True)} of {d['all']['entries']} entries "
                 "grounded in the dialogue alone (every window and session time so far, not the memory)"
+                + _distinct(r["real_grounding"].get("distinct"))
                 for r in rows if (d := (r.get("real_grounding") or {}).get("dialogue")) and d.get("all")]
     return _md(["stage", "seed", "sessions (writes)", "n", "grounded [95% CI]", "valid % C/E/S/P"], body) + (
         "\n\nAn invented entry copied into another memory is grounded in the memory shown, not in the dialogue:"
         "\n\n" + "\n".join(dialogue) if dialogue else "")
+
+
+def _distinct(d: dict[str, Any] | None) -> str:
+    """Each text counted once: copies of one line do not weigh as many entries, and questions are named."""
+    if not d or not d.get("entries"):
+        return ""
+    return (f"; distinct entries {d['entries']}: {_grounded(d['shown'], True)} in what was shown, "
+            f"{_grounded(d['dialogue'], True)} in the dialogue alone, {d['questions']} of them questions")
 
 
 def memory_table(rows: list[dict[str, Any]]) -> str:
