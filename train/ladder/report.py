@@ -24,6 +24,7 @@ from train.ladder.policy_actions import (
     rollout_line,
 )
 from train.ladder.rl_signal import paired_line, signal_line
+from train.ladder.row_goals import row_goal_lines
 from train.ladder.settings import OUTPUT_OPTIONS, RL_STAGES, STAGES
 from train.ladder.stage_tables import stage_tables
 
@@ -427,7 +428,7 @@ def write_results(a, rows: list[dict[str, Any]], seconds: float, argv: list[str]
           *([oracle_note(oracle), ""] if oracle else []),
           table(rows), "", "Goals, read off the intervals:", ""]
     # the goals on the seeds pooled come first: they are what the README quotes
-    md += [f"- {v}" for v in (*pooled.goal_lines(summary), *verdicts(rows))]
+    md += [f"- {v}" for v in (*pooled.goal_lines(summary), *row_goal_lines(rows), *verdicts(rows))]
     md += pooled_lines(summary) + stage_tables(rows)
     signals = [(r["stage"], r["seed"], r["train_signal"]) for r in [*rows, *progress] if r.get("train_signal")]
     if signals:
