@@ -12,7 +12,8 @@ def _row(stage, seed=0, valid=1.0, semantic_edits=0.9, grounded=(95, 100), disti
             "held_out_actions_changed": {a: {"shares": {"edit": semantic_edits if a == "semantic" else 1.0}}
                                          for a in AGENTS},
             "real_grounding": {"all": {"entries": grounded[1], "grounded": grounded[0]},
-                               "distinct": {"dialogue": {"entries": distinct[1], "grounded": distinct[0]}}}}
+                               "distinct": {"dialogue": {"entries": distinct[1], "grounded": distinct[0]},
+                                            "questions": 3}}}
 
 
 def test_validity_counts_trained_stages_and_names_the_lowest():
@@ -35,7 +36,7 @@ def test_grounding_by_the_rule_and_over_distinct_entries_against_the_dialogue():
     lines = grounding_goals(rows)
     assert len(lines) == 2 and lines[0].startswith("conv-26, grpo seed 0:")
     assert "by the issue's rule 0.99 [0.95, 1.00] of 100, met" in lines[0]
-    assert "against the dialogue alone 0.70 [0.60, 0.78] of 100, missed" in lines[0]
+    assert "against the dialogue alone 0.70 [0.60, 0.78] of 100, missed (3 of them questions" in lines[0]
     assert "by the issue's rule 0.90 [0.83, 0.94] of 100, missed" in lines[1]  # below SFT's 0.95
     assert grounding_goals([_row("grpo")]) == []  # no SFT to hold it against
     assert len(row_goal_lines(rows)) == 4

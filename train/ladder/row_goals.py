@@ -88,7 +88,8 @@ def grounding_goals(rows: list[dict[str, Any]]) -> list[str]:
                    f"(SFT {_share(rule_sft)} by the rule" + (f", {_share(strict_sft)} strict" if strict_sft else "")
                    + f"): by the issue's rule {_reading(_rate(g.get('all')), rule_sft)}"
                    + (f"; over distinct entries against the dialogue alone {_reading(strict, strict_sft)}"
-                      if strict else ""))
+                      f" ({g['distinct'].get('questions', 0)} of them questions: a copied question is grounded "
+                      "without saying anything)" if strict else ""))
     return out
 
 
