@@ -208,6 +208,29 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
     stamps = [p.stat().st_mtime_ns for p in done]
     again = ladder.main(_argv(tiny_path, tmp_path))
     assert again == rows and [p.stat().st_mtime_ns for p in done] == stamps
+    # every evaluation names the weights it was made of; a stage whose adapter came out otherwise (trained again
+    # on a machine that lost it) is judged again, and only that stage
+    made_of = {p.name: json.loads(p.read_text())["policy_weights"] for p in (tmp_path / "work" / "eval").glob("*.json")}
+    assert made_of["base.transformers.json"] == f"model:{tiny_path}"
+    assert made_of["grpo-1.transformers.json"] == made_of["grpo-1-memory.transformers.json"]
+    assert made_of["grpo-1.transformers.json"].startswith("sha256:")
+    from safetensors.torch import load_file, save_file
+
+    retrained = tmp_path / "work" / "seed1" / "grpo" / "policy"
+    weights = load_file(retrained / "adapter" / "adapter_model.safetensors")
+    save_file({k: v + 0.5 if i == 0 else v for i, (k, v) in enumerate(weights.items())},
+              retrained / "adapter" / "adapter_model.safetensors", metadata={"format": "pt"})
+    shutil.rmtree(retrained / "merged")
+    ladder.main(_argv(tiny_path, tmp_path))
+    grpo_eval = tmp_path / "work" / "eval" / "grpo-1.transformers.json"
+    assert json.loads(grpo_eval.read_text())["policy_weights"] not in (None, made_of["grpo-1.transformers.json"])
+    assert [p.stat().st_mtime_ns for p in done[1:] if not p.name.startswith("grpo-1")] == \
+        [s for p, s in zip(done[1:], stamps[1:]) if not p.name.startswith("grpo-1")]
+    save_file(weights, retrained / "adapter" / "adapter_model.safetensors", metadata={"format": "pt"})
+    shutil.rmtree(retrained / "merged")
+    assert timeless(ladder.main(_argv(tiny_path, tmp_path))) == timeless(rows)  # the first weights, judged again
+    done = [tmp_path / "work" / "seed1" / "grpo" / "policy" / "merged", *(tmp_path / "work" / "eval").glob("*.json")]
+    stamps = [p.stat().st_mtime_ns for p in done]
     # a memory score cached under other writing settings (an older ladder's) is made again, the rest is kept
     stale = tmp_path / "work" / "eval" / "base-memory.transformers.json"
     cached = json.loads(stale.read_text())
@@ -325,6 +348,14 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
     assert json.loads(json.dumps(reported)) == json.loads(json.dumps(points))
     assert "(2 of 3 points so far)" in (tmp_path / "sweep-results" / "sweep.md").read_text()
     assert sorted(str(f) for f in (tmp_path / "sweep").rglob("*")) == before
+
+    # the work folder as a fresh clone has it, without the RL stages' adapters (kept out of the repository): the
+    # finished stages are read from their caches, not trained again, and report_only still lists them
+    for stage_dir in (tmp_path / "work").glob("seed*/*"):
+        shutil.rmtree(stage_dir / "policy")
+    assert timeless(ladder.main(_argv(tiny_path, tmp_path))) == timeless(rows)
+    assert timeless(ladder.main([*_argv(tiny_path, tmp_path), "--report_only", "true"])) == timeless(rows)
+    assert not any((tmp_path / "work").glob("seed*/*/policy")) and not any((tmp_path / "work").glob("seed*/*/checkpoint-*"))
 
     # report_only publishes the finished stages of a ladder stopped part-way and trains nothing
 

@@ -12,7 +12,7 @@ pytest.importorskip("trl")
 from membuilder.memory.ops import AGENTS, OPS_SCHEMA, parse  # noqa: E402
 from membuilder.training.policy_eval import score_outputs  # noqa: E402
 from train.ladder import agent_swap  # noqa: E402
-from train.ladder.evaluator import Evaluator  # noqa: E402
+from train.ladder.evaluator import Evaluator, policy_weights  # noqa: E402
 from train.ladder.settings import parse_args  # noqa: E402
 from train.ladder.work_folder import check_work_dir, rl_only, work_settings  # noqa: E402
 
@@ -40,6 +40,18 @@ def _cache(evaluate: Evaluator, name: str, outputs: dict) -> dict:
     return res
 
 
+def _never():
+    raise AssertionError("generated: the cache should have been read")
+
+
+def _memory_cache(evaluate: Evaluator, name: str, **fields) -> dict:
+    """A memory score cached as the ladder writes one where the interactive evaluation is off."""
+    memory = {"memory_score": None, "memory_score_ci": None, "memory_settings": evaluate.memory_settings(),
+              "engine_dtype": evaluate.engine_dtype(), "ops_schema": OPS_SCHEMA, **fields}
+    evaluate.cache(f"{name}-memory").write_text(json.dumps(memory))
+    return memory
+
+
 def test_an_evaluation_cached_under_the_old_parse_rule_is_rescored_and_kept(tmp_path):
     evaluate = Evaluator(parse_args(_argv(tmp_path)), tmp_path / "work")
     a = evaluate.a
@@ -59,14 +71,14 @@ def test_an_evaluation_cached_under_the_old_parse_rule_is_rescored_and_kept(tmp_
     cache.parent.mkdir(parents=True)
     cache.write_text(json.dumps(old))
 
-    res = evaluate.held_out("no-such-policy", "SFT", "sft")  # a generation would fail on this policy
+    res = evaluate.held_out("SFT", "sft", _never, lambda r: True)
     assert res["ops_schema"] == OPS_SCHEMA and res["rescored_from_schema"] == 1
     assert res["valid_rate"] == today["valid_rate"] and res["session_rewards"] == today["session_rewards"]
     assert res["reward"] == today["reward"] != {"evidence": 0.123}
     # what the text cannot tell again is kept: the share cut at the limit and how long the generation took
     assert res["cut_rate"] == old["cut_rate"] and res["eval_seconds"] == 9.0
     assert json.loads(cache.read_text())["ops_schema"] == OPS_SCHEMA
-    assert evaluate.held_out("no-such-policy", "SFT", "sft") == json.loads(cache.read_text())
+    assert evaluate.held_out("SFT", "sft", _never, lambda r: True) == json.loads(cache.read_text())
 
 
 def test_agent_swap_names_the_agent_whose_writing_moved_the_reward(tmp_path):
@@ -163,3 +175,40 @@ def test_the_curve_scores_sessions_spread_over_users_unless_a_folder_took_the_fi
     assert "stages.sft.overrides.empty_memory_repeats" not in once  # naming the script's default changes nothing
     assert work_settings(parse_args(argv))["stages.sft.overrides.empty_memory_repeats"] == 4
     assert rl_only("curve_pick")
+
+
+def test_an_evaluation_names_the_weights_it_was_made_of_and_is_read_while_they_stay(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    evaluate = Evaluator(parse_args([*_argv(tmp_path), "--interactive_eval", "false"]), tmp_path / "work")
+    adapter = tmp_path / "policy" / "adapter"
+    adapter.mkdir(parents=True)
+    save_file({"w": torch.zeros(4)}, adapter / "adapter_model.safetensors")
+    first = policy_weights(str(adapter))
+    assert first.startswith("sha256:") and policy_weights(str(adapter)) == first
+    assert policy_weights("smollm2-135m") == "model:smollm2-135m"  # a base model stands for its name
+    scorer = evaluate.scorers["evidence"]
+    res = _cache(evaluate, "grpo-0", {k: scorer.expert_action(k) for k in evaluate.keys})
+    evaluate.cache("grpo-0").write_text(json.dumps({**res, "policy_weights": first}))
+    _memory_cache(evaluate, "grpo-0", policy_weights=first)
+    read = evaluate.cached(str(adapter), "GRPO seed 0", "grpo-0", grounding=False)  # generates nothing
+    assert read["reward"] == res["reward"] and read["policy_weights"] == first
+
+    save_file({"w": torch.ones(4)}, adapter / "adapter_model.safetensors")  # trained again, and it came out otherwise
+    assert policy_weights(str(adapter)) != first  # tests/train/test_ladder.py judges such a stage again
+
+
+def test_a_stage_trained_on_another_machine_is_read_from_its_caches_alone(tmp_path):
+    evaluate = Evaluator(parse_args([*_argv(tmp_path), "--interactive_eval", "false"]), tmp_path / "work")
+    scorer = evaluate.scorers["evidence"]
+    res = _cache(evaluate, "grpo-1", {k: scorer.expert_action(k) for k in evaluate.keys})
+    # made on the machine that trained it, stamped with weights this machine has never seen
+    evaluate.cache("grpo-1").write_text(json.dumps({**res, "policy_weights": "sha256:elsewhere"}))
+    _memory_cache(evaluate, "grpo-1", policy_weights="sha256:elsewhere")
+    read = evaluate.cached(None, "GRPO seed 1", "grpo-1", grounding=False)
+    assert read["reward"] == res["reward"] and read["real_grounding"] is None
+    # a cache that does not fit this ladder cannot be made again without the weights: a clear error, not a guess
+    evaluate.cache("grpo-1").write_text(json.dumps({**res, "session_pick": "first"}))
+    with pytest.raises(FileNotFoundError, match="adapter is not on this machine"):
+        evaluate.cached(None, "GRPO seed 1", "grpo-1", grounding=False)

@@ -10,6 +10,7 @@ over no-op against the oracle's gain, the ceiling."""
 from __future__ import annotations
 
 import gc
+import hashlib
 import json
 import math
 import time
@@ -118,37 +119,57 @@ class Evaluator:
         res["eval_seconds"] = round(time.perf_counter() - t0, 1)
         return res
 
-    def cached(self, policy: str, label: str, name: str, grounding: bool = True) -> dict[str, Any]:
-        """Held-out generation and the memory score of one stage, each cached on its own; ``grounding`` False
-        writes no conv-26 memory but still shows a valid cached one."""
-        res = self.held_out(policy, label, name)
+    def cached(self, policy: str | None, label: str, name: str, grounding: bool = True) -> dict[str, Any]:
+        """Held-out generation and the memory score of one stage, each cached on its own with the weights it was
+        made of (``policy_weights``), so a stage trained again with other weights is judged again; ``grounding``
+        False writes no conv-26 memory but still shows a valid cached one. ``policy`` None: a stage trained on
+        another machine, whose weights are not here, read from its caches alone."""
+        here = policy is not None
+        made_of = policy_weights(policy) if here else None
+
+        def made(what: str, make):
+            if here:
+                return lambda: {**make(), "policy_weights": made_of}
+
+            def missing():
+                raise FileNotFoundError(
+                    f"{label}: {self.cache(name + what)} is missing or was made under other settings, and the stage's "
+                    "adapter is not on this machine to judge it again; remove the stage's folder to train it here")
+            return missing
+
+        def fits(r: dict[str, Any]) -> bool:
+            return made_of is None or same_policy(r, made_of)
+
+        res = self.held_out(label, name, made("", lambda: self(policy, label)), fits)
         # The memory score and the conv-26 writes chain sessions (what one parse keeps, the next prompt shows), so
         # made under another parse rule they are made again, not scored again.
-        memory = cached_json(self.cache(f"{name}-memory"), lambda: self.memory_score(policy, label),
+        memory = cached_json(self.cache(f"{name}-memory"), made("-memory", lambda: self.memory_score(policy, label)),
                              valid=lambda m: m.get("memory_settings") == self.memory_settings() and self.same_dtype(m)
-                             and (not self.scores_memory() or "memory_accuracy" in m) and self.same_schema(m))
+                             and (not self.scores_memory() or "memory_accuracy" in m) and self.same_schema(m)
+                             and fits(m))
         if "memory_correct" not in memory and (filled := self.with_outcomes(memory, label)) is not memory:
             memory = filled
             write_json(self.cache(f"{name}-memory"), memory)
         def valid(g: dict[str, Any]) -> bool:
-            return g.get("settings") == self.grounding_settings() and self.same_dtype(g) and self.same_schema(g)
+            return (g.get("settings") == self.grounding_settings() and self.same_dtype(g) and self.same_schema(g)
+                    and fits(g))
 
         # grounding off leaves its cache alone, so a sweep that skips it keeps the copied SFT figures intact
         path = self.cache(f"{name}-grounding")
         if not self.a.grounding_sessions:
-            grounding = self.real_grounding(policy, label)
-        elif grounding:
-            grounding = cached_json(path, lambda: self.real_grounding(policy, label), valid=valid)
+            grounding = self.real_grounding(policy, label) if here else {}
+        elif grounding and here:
+            grounding = cached_json(path, made("-grounding", lambda: self.real_grounding(policy, label)), valid=valid)
         else:
             kept = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
             grounding = kept if valid(kept) else {}
         return {**res, **memory, "real_grounding": grounding if grounding.get("all") else None}
 
-    def held_out(self, policy: str, label: str, name: str) -> dict[str, Any]:
-        """The stage's held-out evaluation, cached; one cached under an older parse rule is scored again from its
-        outputs and kept so."""
-        res = self.with_baselines(cached_json(self.cache(name), lambda: self(policy, label),
-                                              valid=lambda r: self.same_sessions(r) and self.same_dtype(r)))
+    def held_out(self, label: str, name: str, make, fits) -> dict[str, Any]:
+        """The stage's held-out evaluation, cached (``make`` generates it, ``fits`` checks a cached one's weights);
+        one cached under an older parse rule is scored again from its outputs and kept so."""
+        res = self.with_baselines(cached_json(self.cache(name), make,
+                                              valid=lambda r: self.same_sessions(r) and self.same_dtype(r) and fits(r)))
         if not self.same_schema(res):
             res = self.rescored(res)
             write_json(self.cache(name), res)
@@ -372,6 +393,25 @@ def oracle_over_limit(a: LadderArgs) -> dict[str, Any]:
                     longest[agent] = max(longest.get(agent, 0), n)
         out[name] = {"sessions": sessions, "over_limit": over, "longest": longest}
     return out
+
+
+def policy_weights(policy: str) -> str:
+    """What an evaluation was made of: ``sha256:`` of an adapter's weight file, or a base model's name. A stage
+    trained again (its adapter lost with a machine, say) is judged again unless its weights came out the same."""
+    weights = Path(policy) / "adapter_model.safetensors"
+    if not weights.exists():
+        return f"model:{policy}"
+    digest = hashlib.sha256()
+    with weights.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return f"sha256:{digest.hexdigest()}"
+
+
+def same_policy(res: dict[str, Any], made_of: str) -> bool:
+    """Whether a cached evaluation was made of these weights; one cached before evaluations recorded them is
+    taken as it is (nothing says otherwise)."""
+    return res.get("policy_weights", made_of) == made_of
 
 
 def merged_path(policy: str) -> str:

@@ -115,9 +115,17 @@ def _train_resumable(folder: Path, build, callbacks) -> str:
 
 
 def _finished(evaluate: Evaluator, folder: Path, name: str) -> bool:
-    """Whether a stage has its trained adapter and both of its cached evaluations (on the ladder's engine)."""
-    return ((folder / "policy" / "adapter" / "adapter_config.json").exists()
+    """Whether a stage has its trained adapter (or was trained elsewhere) and both of its cached evaluations (on
+    the ladder's engine)."""
+    return (((folder / "policy" / "adapter" / "adapter_config.json").exists() or _trained_elsewhere(folder))
             and all(evaluate.cache(f"{name}{part}").exists() for part in ("", "-memory")))
+
+
+def _trained_elsewhere(folder: Path) -> bool:
+    """An RL stage that finished on another machine: its training log (written once training ends) came with the
+    work folder, its adapter (tens of MB, kept out of the repository) did not. Its cached evaluations stand, so a
+    fresh clone adds a seed without training the finished ones again; only shipping it needs the weights."""
+    return (folder / "log_history.json").exists() and not (folder / "policy" / "adapter" / "adapter_config.json").exists()
 
 
 def _train_seconds(folder: Path, elapsed: float) -> float:
@@ -272,7 +280,7 @@ def _real_grounding(g: dict[str, Any] | None) -> dict[str, Any] | None:
     if not g:
         return None
     distinct = g.get("distinct") or (distinct_grounding(g["writes"]) if g.get("writes") else None)
-    return {**{k: v for k, v in g.items() if k != "writes"}, "distinct": distinct}
+    return {**{k: v for k, v in g.items() if k not in ("writes", "policy_weights")}, "distinct": distinct}
 
 
 def _scores(r: dict[str, Any]) -> dict[str, Any]:
@@ -294,21 +302,31 @@ def pooled_rewards(rows: list[dict[str, Any]]) -> dict[str, float]:
 
 def ship_best(a: LadderArgs, work: Path, rows: list[dict[str, Any]], argv: list[str]) -> Path | None:
     """Ship the stage with the best pooled held-out reward so far (SFT wins ties, being the cheaper): the adapter of
-    its first seed, so the choice of stage is the only one made on the held-out sessions. Re-exported only when the
-    choice changes."""
+    its first seed whose weights are on this machine (a stage trained elsewhere keeps only its caches), so the
+    choice of stage is the only one made on the held-out sessions. Re-exported only when the choice changes."""
     pooled = pooled_rewards(rows)
     if not a.adapter_out or a.sft_from or not pooled:  # an ablation on another ladder's SFT stage ships nothing
         return None
     order = ["sft", *RL_STAGES]
     stage = max(pooled, key=lambda s: (pooled[s], -order.index(s)))
-    first = min(r["seed"] for r in rows if r["stage"] == stage)
+
+    def adapter_of(seed: int) -> Path:
+        return work / ("sft" if stage == "sft" else f"seed{seed}/{stage}") / "policy" / "adapter"
+
+    seeds = sorted(r["seed"] for r in rows if r["stage"] == stage)
+    here = [s for s in seeds if (adapter_of(s) / "adapter_model.safetensors").exists()]
+    if not here:
+        print(f"not shipped: {stage} leads the pooled held-out reward, but none of its seeds' adapters is on this "
+              f"machine; remove {adapter_of(seeds[0]).parent.parent} and run the ladder again to train it here")
+        return None
+    first = here[0]
     best = next(r for r in rows if r["stage"] == stage and r["seed"] == first)
     card_path = Path(a.adapter_out) / "card.json"
     if card_path.exists():
         card = json.loads(card_path.read_text(encoding="utf-8"))
         if card.get("stage") == stage and card.get("seed") == first and card.get("pooled") == pooled:
             return None
-    adapter = work / ("sft" if stage == "sft" else f"seed{first}/{stage}") / "policy" / "adapter"
+    adapter = adapter_of(first)
     why = ("the best held-out reward pooled over seeds among the stages finished: "
            + ", ".join(f"{s} {v:.3f}" for s, v in sorted(pooled.items(), key=lambda kv: -kv[1])))
     return export_adapter(a, stage, first, str(adapter), _scores(best), argv, why, pooled)
@@ -405,7 +423,8 @@ def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
             curve = CurveCallback(evaluate, a.curve_every, f"{stage} seed {seed}",
                                   folder / "curve_points.partial.json")
             t = time.perf_counter()
-            policy = train_rl(a, stage, seed, sft_policy, folder, curve)
+            elsewhere = _trained_elsewhere(folder)
+            policy = None if elsewhere else train_rl(a, stage, seed, sft_policy, folder, curve)
             timings.setdefault(f"{stage}/{seed}", _train_seconds(folder, time.perf_counter() - t))
             points = same_pick(cached_json(folder / "curve_points.json", lambda c=curve: c.points), a.eval_session_pick)
             res = evaluate.cached(policy, f"{stage} seed {seed}", f"{stage}-{seed}",
