@@ -11,6 +11,10 @@ from typing import Any
 import yaml
 
 QA_CATEGORIES = ("single-session", "multi-session", "temporal")
+# Where a change session tells the life event behind it. The oracle's Episodic entry and Semantic reason name the
+# event, so a world whose sessions never tell it teaches a writer to invent one: second_round (AMemGym's dialogue
+# shape) leaves it untold in a session of one round, opening says it in the user's first turn whatever the rounds.
+TELL_EVENT = ("second_round", "opening")
 
 
 @dataclass
@@ -41,6 +45,7 @@ class WorldConfig:
     seed: int = 42
     locale: str = "en_US"
     wording: str = "fixed"  # fixed: the catalog's titles and value texts | varied: each user draws other wordings, said in the dialogue (world/wording.py)
+    tell_event: str = "second_round"  # where a change session tells its life event: second_round (a session of one round never does) | opening (the user's first turn)
     session_qa: SessionQAConfig = field(default_factory=SessionQAConfig)
 
     def check(self, where: str = "world config") -> None:
@@ -62,6 +67,8 @@ class WorldConfig:
             raise bad("values_per_state", "must be at least 2 (a state that cannot change is no state)")
         if self.wording not in ("fixed", "varied"):
             raise bad("wording", f"must be fixed or varied, got {self.wording!r}")
+        if self.tell_event not in TELL_EVENT:
+            raise bad("tell_event", f"must be one of {TELL_EVENT}, got {self.tell_event!r}")
         lo, hi = self.session_hours
         if not 0 <= lo < hi <= 24:
             raise bad("session_hours", f"must be [start, end] hours with 0 <= start < end <= 24, got {self.session_hours}")

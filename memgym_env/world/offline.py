@@ -72,6 +72,17 @@ def _info(spec: VariableSpec, values: list[str]) -> VariableInfo:
                         ask=full.ask)
 
 
+def event_line(cat: Catalog, event_phrase: str, rng: random.Random, wording: UserWording | None = None,
+               own: bool = False) -> str:
+    """The user's sentence telling the life event behind a change, in the first person (``own``: every draw is
+    ``rng``'s, so the wording's generator is left as it was)."""
+    intro = rng.choice(cat.dialogue.event_intros)
+    if wording is not None:
+        intro = wording.line("event_intros", rng if own else None)
+    line = intro.format(event=first_person_event(event_phrase))
+    return line[0].upper() + line[1:]
+
+
 def session_messages(cat: Catalog, query: str, event_phrase: str | None, rounds: int, rng: random.Random,
                      wording: UserWording | None = None) -> list[Turn]:
     d = cat.dialogue
@@ -86,8 +97,8 @@ def session_messages(cat: Catalog, query: str, event_phrase: str | None, rounds:
     for r in range(1, rounds):
         if r == 1 and event_phrase is not None:
             # The second round tells the life event behind the change, in the user's own words.
-            line = say("event_intros", rng.choice(d.event_intros)).format(event=first_person_event(event_phrase))
-            turns += [Turn("user", line[0].upper() + line[1:]), Turn("assistant", say("replies", rng.choice(d.replies)))]
+            line = event_line(cat, event_phrase, rng, wording)
+            turns += [Turn("user", line), Turn("assistant", say("replies", rng.choice(d.replies)))]
         else:
             turns += [Turn("user", say("follow_ups", follow_ups[r % len(follow_ups)])),
                       Turn("assistant", say("closings", rng.choice(d.closings)))]
@@ -188,6 +199,12 @@ def generate_user(cfg: WorldConfig, index: int, cat: Catalog | None = None, fake
             value = cat.variables[var].values[new]
             phrase = rng.choice(value.events)
             query = stated(rng.choice(value.say), {var: new})
+            told = phrase
+            if cfg.tell_event == "opening":
+                # A generator of its own draws the line, so the rest of the world is the second_round world's
+                # (with one round: the same sessions, word for word, but for the event now said).
+                side = random.Random(f"memgym-world-{cfg.seed}-user-{index}-event-{p}-{var}")
+                query, told = f"{event_line(cat, phrase, side, wording, own=True)} {query}", None
             state[var] = new
             counts[var] += 1
             changes_left[var] -= 1
@@ -195,7 +212,7 @@ def generate_user(cfg: WorldConfig, index: int, cat: Catalog | None = None, fake
             phrases.append(phrase)
             sessions.append(WorldSession(
                 event=render_event(phrase, first, gender) + ".", exposed_states={var: new}, query=query,
-                session_time=t, messages=session_messages(cat, query, phrase, cfg.rounds_update, rng, wording)))
+                session_time=t, messages=session_messages(cat, query, told, cfg.rounds_update, rng, wording)))
         periods.append(Period(period_start=begin.isoformat(), period_end=end.isoformat(),
                               period_summary=_summary(first, gender, phrases), sessions=sessions,
                               state=dict(state), updates=updates, update_cnts=dict(counts)))

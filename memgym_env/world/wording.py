@@ -154,6 +154,7 @@ class UserWording:
             line += " How I go about it: " + " ".join(f"{s}." for s in steps)
         return line[0].upper() + line[1:]
 
-    def line(self, kind: str) -> str:
-        """A dialogue line of ``kind`` drawn from the catalog's lines and ours together."""
-        return self.rng.choice(getattr(self.cat.dialogue, kind) + self.words.dialogue[kind])
+    def line(self, kind: str, rng: random.Random | None = None) -> str:
+        """A dialogue line of ``kind`` drawn from the catalog's lines and ours together (by ``rng``, else the
+        user's own generator)."""
+        return (rng or self.rng).choice(getattr(self.cat.dialogue, kind) + self.words.dialogue[kind])
