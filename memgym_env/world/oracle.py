@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from membuilder.memory.grounding import Grounding, content_words, share_in, written_units
 from membuilder.memory.ops import AGENTS, Add, CoreAppend, CoreReplace, CoreRewrite, Op, Update, render_ops
 from memgym_env.world.catalog import load_catalog
 from memgym_env.world.types import SessionRef, VariableInfo, WorldUser
@@ -148,22 +147,3 @@ def expert_steps(user: WorldUser) -> list[ExpertStep]:
     oracle = OracleExpert(user)
     return [oracle.step(ref) for ref in user.sessions()]
 
-
-def oracle_grounding(user: WorldUser) -> dict[str, Grounding]:
-    """How much of what the oracle writes for ``user`` was said in the session, its time or the memory written
-    before it (``membuilder.memory.grounding``), per agent. SFT copies the oracle: an entry grounded in nothing
-    the writer was given teaches it to invent (a life event no session tells, ``WorldConfig.tell_event``)."""
-    from memgym_env.world.to_conversation import user_sessions
-
-    out = {a: Grounding() for a in AGENTS}
-    known: set[str] = set()  # content words of every entry the oracle wrote before (a superset of any view of them)
-    core = ""
-    for step, session in zip(expert_steps(user), user_sessions(user), strict=True):
-        here = known | content_words(session.render()) | content_words(session.time or "") | content_words(core)
-        written = {a: written_units(step.ops[a], core) for a in AGENTS}
-        for a in AGENTS:
-            for unit in written[a]:
-                out[a].add(share_in(unit, here))
-                known |= content_words(unit)
-        core = step.core_after
-    return out

@@ -10,7 +10,7 @@ import pytest
 from memgym_env.world.config import WorldConfig, load_config
 from memgym_env.world.data_json import dumps_world
 from memgym_env.world.offline import generate_world
-from memgym_env.world.oracle import oracle_grounding
+from memgym_env.world.oracle_grounding import oracle_grounding
 from memgym_env.world.timeline import first_person_event
 from memgym_env.world.validate import world_issues
 
