@@ -146,4 +146,3 @@ def expert_steps(user: WorldUser) -> list[ExpertStep]:
     """The oracle's outputs for every session of ``user``, in time order."""
     oracle = OracleExpert(user)
     return [oracle.step(ref) for ref in user.sessions()]
-
