@@ -1,7 +1,7 @@
 """RL stages of several ladders side by side: an ablation made with ``--sft_from`` against the ladder it
 started from, every pair paired over the held-out sessions both were scored on.
 
-    python -m train.ladder.compare results/ladder.json results/ladder-alpha2/ladder.json \
+    python -m train.ladder.compare results/ladder-published/ladder.json results/ladder-alpha2/ladder.json \
         --out results/ladder-alpha2/compare
 
 Each RL row (a stage, its alpha and a seed) is read against SFT and against every other RL row of the same
