@@ -9,18 +9,10 @@ from typing import Any
 
 from membuilder.agents.answer import choice_prompt, memory_lines
 from membuilder.agents.assistant import ChatAssistant, Message, bound, transcript
-from membuilder.agents.constructor import (
-    OBS_CORE,
-    OBS_CORE_USAGE,
-    OBS_SESSION,
-    OBS_TIME,
-    MemBuilderPolicy,
-    core_compressor,
-)
+from membuilder.agents.constructor import MemBuilderPolicy, build_observation, core_compressor
 from membuilder.agents.session_windows import session_windows
 from membuilder.llm.base import ChatMessages, Sampling
 from membuilder.memory import MemoryBank
-from membuilder.memory.ops import SEARCHABLE_AGENTS
 
 BANK_DIR = "bank"
 # Longest memory-writing prompt by default: room for a 256-token output in a 4096-token context.
@@ -36,16 +28,6 @@ def check_memory_view(view: str) -> bool:
         raise ValueError(f"memory_view: {view!r} is not one of {', '.join(MEMORY_VIEWS)} "
                          "(all: every entry retrievable, as published; live: superseded entries left out)")
     return view == "live"
-
-
-def writer_observation(bank: MemoryBank, session: str, time: str | None, view_k: int) -> dict[str, Any]:
-    """What the four agents see when the assistant writes ``session``: it, its time, Core, and each
-    searchable agent's ``view_k`` entries nearest the session."""
-    obs: dict[str, Any] = {OBS_SESSION: session, OBS_TIME: time or "", OBS_CORE: bank.core.text,
-                           OBS_CORE_USAGE: bank.core.usage}
-    for agent in SEARCHABLE_AGENTS:
-        obs[agent] = [h.entry.text for h in bank.view(agent, session, view_k)]
-    return obs
 
 
 class MemBuilderAssistant(ChatAssistant):
@@ -90,7 +72,7 @@ class MemBuilderAssistant(ChatAssistant):
             return
         for window in session_windows(transcript(messages), self.window_tokens, self.write_model.count_tokens):
             cut_before = self.policy.prompts_cut
-            outputs = self.policy.act(writer_observation(self.bank, window, time, self.view_k))
+            outputs = self.policy.act(build_observation(self.bank, window, time, self.view_k))
             applied = {agent: self.bank.apply(agent, out, time=time, session=session_id)
                        for agent, out in outputs.items()}
             self.write_log.append({"session": session_id, "valid": {a: r.valid for a, r in applied.items()},

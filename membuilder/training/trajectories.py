@@ -2,7 +2,7 @@
 
 A trajectory walks a conversation session by session. Before each session the expert's own
 memory (its snapshot) gives the observation every agent sees: the session text, its date, the
-Core block and the top-``view_k`` entries of the agent's own type for the session text. The
+Core block and the top-``view_k`` entries of the agent's own type nearest the session's lines. The
 observation is rendered with ``membuilder.agents.constructor.render_prompt`` (the very prompts
 the policy sees at inference and in RL), the expert's output becomes the assistant turn, and
 the four outputs are applied to the expert's bank before the next session.

@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from membuilder.agents.constructor import MemBuilderPolicy, shown_texts
-from membuilder.agents.membuilder_assistant import writer_observation
+from membuilder.agents.constructor import MemBuilderPolicy, build_observation, shown_texts
 from membuilder.agents.session_windows import session_windows
 from membuilder.llm.base import Sampling
 from membuilder.memory import MemoryBank
@@ -57,7 +56,7 @@ def ground_writer(model, sessions: Sequence[Any], embedder, *, max_new_tokens: i
     writes: list[dict[str, Any]] = []
     for session in sessions:
         for w, window in enumerate(session_windows(session.render(), window_tokens, model.count_tokens)):
-            obs = writer_observation(bank, window, session.time, view_k)
+            obs = build_observation(bank, window, session.time, view_k)
             sources = shown_texts(obs)
             heard |= content_words(window) | content_words(session.time or "")
             outputs = policy.act(obs)

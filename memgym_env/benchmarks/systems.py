@@ -34,8 +34,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from membuilder.agents.constructor import MemBuilderPolicy
-from membuilder.agents.membuilder_assistant import writer_observation
+from membuilder.agents.constructor import MemBuilderPolicy, build_observation
 from membuilder.agents.session_windows import session_windows
 from membuilder.llm.base import Sampling
 from membuilder.memory import MemoryBank
@@ -208,8 +207,9 @@ def membuilder_session_builder(model, max_new_tokens: int = 384, view_k: int = 2
                                window_tokens: int | None = None) -> SessionBuilder:
     """The MemBuilder constructor over ``model``: the one place the membuilder system plugs in.
 
-    Per session, all four agents answer from the same observation (the session, its date, Core
-    and the top-``view_k`` entries of their own type for the session text) and only then are
+    Per session, all four agents answer from the same observation (``build_observation``: the
+    session, its date, Core and the top-``view_k`` entries of their own type, the view a trained
+    policy saw in MemoryGym-v0) and only then are
     their outputs applied, so no agent sees another's writes (protocols §1). A session longer than
     ``window_tokens`` is written window by window, whole turns each (``MemBuilderAssistant`` does the
     same); None writes every session whole.
@@ -220,7 +220,7 @@ def membuilder_session_builder(model, max_new_tokens: int = 384, view_k: int = 2
 
     def build(bank, session: Session, conv: Conversation) -> None:
         for window in session_windows(session.render(), window_tokens, model.count_tokens):
-            outputs = policy.act(writer_observation(bank, window, session.time, view_k))
+            outputs = policy.act(build_observation(bank, window, session.time, view_k))
             for agent in AGENTS:
                 bank.apply(agent, outputs[agent], time=session.time, session=session.id)
 
