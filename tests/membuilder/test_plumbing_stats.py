@@ -26,7 +26,7 @@ def _row(stage: str, seed: int = 0) -> dict:
 
 def test_bootstrap_ci_gives_the_committed_interval_of_a_stage():
     sft = _row("sft")
-    assert bootstrap_ci(list(sft["session_reward_evidence"].values())) == sft["reward_evidence_ci"] == [0.0667, 0.1979]
+    assert bootstrap_ci(list(sft["session_reward_evidence"].values())) == sft["reward_evidence_ci"] == [0.4484, 0.6031]
 
 
 def test_bootstrap_ci_is_deterministic_for_a_seed_and_skips_missing_values():
@@ -37,13 +37,14 @@ def test_bootstrap_ci_is_deterministic_for_a_seed_and_skips_missing_values():
 
 
 def test_paired_difference_gives_the_committed_line_of_the_ladder_report():
-    # results/ladder.md: "ADRPO (alpha 4) seed 0 above SFT: ...; paired over the same 48 sessions:
-    # -0.013 [-0.062, 0.033] (zero inside the interval)"
+    # results/ladder.md: "ADRPO (alpha 4) seed 0 above SFT: ...; paired over the same 96 sessions:
+    # +0.027 [0.005, 0.056] (above)"
     d = paired_difference(_row("sft")["session_reward_evidence"], _row("adrpo")["session_reward_evidence"])
-    assert (f"{d['mean']:+.3f}", d["ci"], d["n"], against_zero(d["ci"])) == ("-0.013", [-0.0625, 0.0333], 48, "zero inside")
-    # "... not told apart from GRPO (alpha 1) ...; paired over the same 48 sessions: -0.089 [-0.149, -0.037] (below)"
+    assert (f"{d['mean']:+.3f}", d["ci"], d["n"], against_zero(d["ci"])) == ("+0.027", [0.0052, 0.0562], 96, "above")
+    # "... not told apart from GRPO (alpha 1) ...; paired over the same 96 sessions: -0.013 [-0.048, 0.018] (zero
+    # inside the interval)"
     d = paired_difference(_row("grpo")["session_reward_evidence"], _row("adrpo")["session_reward_evidence"])
-    assert f"{d['mean']:+.3f} [{d['ci'][0]:.3f}, {d['ci'][1]:.3f}] ({against_zero(d['ci'])})" == "-0.089 [-0.149, -0.037] (below)"
+    assert f"{d['mean']:+.3f} [{d['ci'][0]:.3f}, {d['ci'][1]:.3f}] ({against_zero(d['ci'])})" == "-0.013 [-0.048, 0.018] (zero inside)"
 
 
 def test_paired_difference_pairs_the_shared_keys_or_the_keys_given_in_their_order():
