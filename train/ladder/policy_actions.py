@@ -30,6 +30,14 @@ from membuilder.plumbing.stats import bootstrap_ci
 from train.ladder.rl_signal import read_rollouts, run_ends
 from train.ladder.settings import STAGES
 
+# Line style of an RL run in the ladder's plots, by its seed's place among the seeds plotted; dotted is kept for a
+# run stopped part-way. Colour says the stage.
+SEED_LINES = ("-", "--", "-.")
+
+
+def seed_line(seed: int, seeds: list[int], stopped: bool = False) -> str:
+    return ":" if stopped else SEED_LINES[seeds.index(seed) % len(SEED_LINES)]
+
 KINDS = ("new", "edit", "nothing", "invalid")
 EDIT_NAMES = "UPDATE, MERGE, REPLACE, REWRITE"
 MIN_ROLLOUTS = 10  # a kind's mean advantage is read in a report line only over at least this many rollouts
@@ -236,7 +244,7 @@ def plot_actions(runs: list[dict[str, Any]], path: Path) -> None:
             series = (r.get("train_actions") or {}).get("agents", {}).get(agent, {}).get("edit_share")
             if not series:
                 continue
-            ls = ":" if "steps" in r else "-" if r["seed"] == seeds[0] else "--"
+            ls = seed_line(r["seed"], seeds, "steps" in r)
             color = f"C{STAGES.index(r['stage'])}" if r["stage"] in STAGES else "C0"
             ax.plot([p["step"] for p in series], [p["share"] for p in series], ls, color=color, lw=1.8,
                     label=r.get("label") or f"{r['stage']} seed {r['seed']}")

@@ -22,6 +22,7 @@ from train.ladder.policy_actions import (
     plot_actions,
     push_line,
     rollout_line,
+    seed_line,
 )
 from train.ladder.rl_signal import paired_line, signal_line
 from train.ladder.row_goals import row_goal_lines
@@ -228,7 +229,7 @@ def plot_curves(rows: list[dict[str, Any]], path: Path, progress: list[dict[str,
         if not r.get("curve"):
             continue
         stopped = "steps" in r  # a run stopped part-way: dotted, until it finishes
-        color, ls = f"C{STAGES.index(r['stage'])}", ":" if stopped else "-" if r["seed"] == seeds[0] else "--"
+        color, ls = f"C{STAGES.index(r['stage'])}", seed_line(r["seed"], seeds, stopped)
         label = f"{r['stage']} seed {r['seed']}" + (f" (stopped at step {r['step']} of {r['steps']})"
                                                    if stopped else "")
         train = [(p["step"], p["train_reward"]) for p in r["curve"] if p.get("train_reward") is not None]
