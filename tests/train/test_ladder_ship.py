@@ -48,3 +48,33 @@ def test_the_best_stage_ships_from_the_first_seed_whose_adapter_is_here(tmp_path
     assert ship_best(a, work, rows, []) is None
     assert "not shipped: adrpo leads the pooled held-out reward" in capsys.readouterr().out
     assert json.loads((out / "card.json").read_text())["stage"] == "grpo"
+
+
+def test_the_card_says_whether_the_shipped_stage_is_told_apart_from_sft(tmp_path):
+    """The card pairs the shipped RL stage with SFT session by session, pooled over its seeds, so a lead smaller
+    than the spread between seeds reads as such rather than as a better policy."""
+    work, out = tmp_path / "work", tmp_path / "shipped"
+    a = parse_args(["--config", "configs/train/ladder_smollm2_cpu.yaml", "--work_dir", str(work),
+                    "--results_dir", str(tmp_path / "results"), "--adapter_out", str(out)])
+    _adapter(work / "seed0" / "grpo" / "policy" / "adapter", 1.0)
+    sessions = [f"u/p{i}" for i in range(24)]
+    sft = {k: 0.5 + 0.02 * (i % 5) for i, k in enumerate(sessions)}
+
+    def with_sessions(stage, seed, shift):
+        values = {k: v + shift[i % len(shift)] for i, (k, v) in enumerate(sft.items())}
+        return {**_row(stage, seed, sum(values.values()) / len(values)), "session_reward_evidence": values}
+
+    rows = [{**_row("sft", 0, 0.54), "session_reward_evidence": sft},
+            with_sessions("grpo", 0, [0.3, -0.28]), with_sessions("grpo", 1, [-0.29, 0.31])]
+    ship_best(a, work, rows, [])
+    card = json.loads((out / "card.json").read_text())
+    assert card["stage"] == "grpo" and card["against_sft"]["reads"] == "zero inside"
+    assert card["against_sft"]["n_seeds"] == 2 and card["against_sft"]["n_sessions"] == 24
+    assert "not told apart from SFT" in card["why"]
+
+    rows = [rows[0], with_sessions("grpo", 0, [0.05, 0.07]), with_sessions("grpo", 1, [0.06, 0.04])]
+    (out / "card.json").unlink()
+    ship_best(a, work, rows, [])
+    card = json.loads((out / "card.json").read_text())
+    assert card["against_sft"]["reads"] == "above" and card["against_sft"]["ci"][0] > 0
+    assert "not told apart" not in card["why"] and "+0.055" in card["why"]

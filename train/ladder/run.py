@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from membuilder.plumbing.json_files import atomic_write_bytes, write_json
-from membuilder.plumbing.stats import bootstrap_ci
+from membuilder.plumbing.stats import against_zero, bootstrap_ci, pooled_paired_difference
 from membuilder.training.checkpoints import save_policy, set_adapter_base
 from memgym_env.benchmarks.grounding import distinct_grounding
 from train import adrpo, sft
@@ -48,6 +48,7 @@ from train.ladder import machine
 from train.ladder.curve_callback import CurveCallback, same_pick
 from train.ladder.evaluator import Evaluator, cached_json, oracle_over_limit
 from train.ladder.policy_actions import edits_against_expert, held_out_actions, rollout_actions
+from train.ladder.pooled import by_seed
 from train.ladder.report import recipe_command, recipe_config, table, write_results
 from train.ladder.rl_signal import pack_rollouts, paired_train_difference, rl_signal, time_split
 from train.ladder.settings import RL_STAGES, LadderArgs, parse_args, rl_argv, sft_argv
@@ -329,7 +330,26 @@ def ship_best(a: LadderArgs, work: Path, rows: list[dict[str, Any]], argv: list[
     adapter = adapter_of(first)
     why = ("the best held-out reward pooled over seeds among the stages finished: "
            + ", ".join(f"{s} {v:.3f}" for s, v in sorted(pooled.items(), key=lambda kv: -kv[1])))
-    return export_adapter(a, stage, first, str(adapter), _scores(best), argv, why, pooled)
+    against = against_sft(rows, stage)
+    if against:
+        lo, hi = against["ci"]
+        why += (f"; {stage} - sft paired by session and pooled over {against['n_seeds']} seed(s) and "
+                f"{against['n_sessions']} sessions: {against['mean']:+.3f} [{lo:.3f}, {hi:.3f}]"
+                + {"above": "", "below": ", below SFT"}.get(against["reads"],
+                                                               ", not told apart from SFT: the lead is within the noise"))
+    return export_adapter(a, stage, first, str(adapter), _scores(best), argv, why, pooled, against)
+
+
+def against_sft(rows: list[dict[str, Any]], stage: str) -> dict[str, Any] | None:
+    """The shipped RL stage minus SFT, paired by session and pooled over seeds (the interval resamples both), so
+    the card says whether its lead is more than the spread between seeds; None for SFT or rows without sessions."""
+    if stage == "sft":
+        return None
+    d = pooled_paired_difference(by_seed(rows, "sft"), by_seed(rows, stage))
+    if d is None:
+        return None
+    return {"mean": round(float(d["mean"]), 4), "ci": [round(float(x), 4) for x in d["ci"]],
+            "reads": against_zero(d["ci"]), "n_seeds": d["n_seeds"], "n_sessions": d["n_sessions"]}
 
 
 def _how(a: LadderArgs, stage: str, seed: int) -> str:
@@ -350,7 +370,7 @@ def policy_setting(a: LadderArgs) -> dict[str, Any]:
 
 
 def export_adapter(a: LadderArgs, stage: str, seed: int, adapter: str, scores: dict[str, Any], argv: list[str],
-                   why: str, pooled: dict[str, float]) -> Path:
+                   why: str, pooled: dict[str, float], against: dict[str, Any] | None = None) -> Path:
     """The shipped policy: the adapter's weights in bfloat16 beside a card saying which stage it is, why, how it was
     made and the setting it was trained in."""
     import torch
@@ -364,7 +384,8 @@ def export_adapter(a: LadderArgs, stage: str, seed: int, adapter: str, scores: d
     config["base_model_name_or_path"] = a.model_name_or_path  # a short name: resolved on the user's machine
     (out / "adapter_config.json").write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
     card = {"what": f"LoRA adapter for SmolLM2-135M-Instruct writing MemBuilder's four memories: {_how(a, stage, seed)}",
-            "stage": stage, "seed": seed, "why": why, "pooled": pooled, "setting": policy_setting(a),
+            "stage": stage, "seed": seed, "why": why, "pooled": pooled, "against_sft": against,
+            "setting": policy_setting(a),
             "command": recipe_command(argv), "config": recipe_config(a), "held_out": scores}
     write_json(out / "card.json", card)
     return out
