@@ -9,6 +9,8 @@ import pytest
 from membuilder.memory.ops import AGENTS
 from train.ladder.inspect_run import main as inspect_main
 from train.ladder.policy_actions import (
+    LEGEND_HANDLE,
+    SEED_LINES,
     edits_against_expert,
     gap_line,
     held_out_actions,
@@ -18,6 +20,7 @@ from train.ladder.policy_actions import (
     push_line,
     rollout_actions,
     rollout_line,
+    seed_line,
 )
 
 APPEND = '{"operation": "APPEND", "content": "Home city: Lisbon (since 2021-03-02)"}'
@@ -183,3 +186,19 @@ def test_inspect_run_reads_any_runs_rollout_log(tmp_path, capsys):
     assert saved["train_actions"]["agents"]["semantic"]["edit_share"] == [{"step": 2, "share": 0.5},
                                                                           {"step": 4, "share": 0.5}]
     assert (tmp_path / "actions.png").stat().st_size > 10_000
+
+
+def test_each_seed_has_a_line_style_whose_whole_period_shows_in_the_legend():
+    """Seeds 0-2 draw solid, dashed and dash-dot lines (a stopped run dotted). The plots' legends (7-point text,
+    2-point lines) must be long enough for a whole dash period: with matplotlib's default handle only the first
+    dash of a dash-dot line showed, and seed 2 read as solid, like seed 0."""
+    from matplotlib import rcParams
+
+    seeds = [0, 1, 2]
+    assert [seed_line(s, seeds) for s in seeds] == list(SEED_LINES) and seed_line(1, seeds, stopped=True) == ":"
+    assert len(set(SEED_LINES)) == len(SEED_LINES) and ":" not in SEED_LINES
+    period = {"--": rcParams["lines.dashed_pattern"], "-.": rcParams["lines.dashdot_pattern"]}
+    handle_points = LEGEND_HANDLE * 7
+    for style in SEED_LINES[1:]:
+        assert sum(period[style]) * 2 <= handle_points, style  # matplotlib scales dashes by the line width
+    assert sum(period["-."]) * 2 > 2.0 * 7  # what the default handle cut

@@ -33,6 +33,9 @@ from train.ladder.settings import STAGES
 # Line style of an RL run in the ladder's plots, by its seed's place among the seeds plotted; dotted is kept for a
 # run stopped part-way. Colour says the stage.
 SEED_LINES = ("-", "--", "-.")
+# Legend handles long enough to show a whole dash-dot period at the plots' 2-point lines (the default 2 font sizes
+# shows its first dash only, so seed 2 read as solid, like seed 0)
+LEGEND_HANDLE = 4.0
 
 
 def seed_line(seed: int, seeds: list[int], stopped: bool = False) -> str:
@@ -253,7 +256,7 @@ def plot_actions(runs: list[dict[str, Any]], path: Path) -> None:
         ax.set_title(f"{agent}: share of outputs that edit", fontsize=10)
         ax.set_xlabel("RL step")
         ax.set_ylim(-0.02, 1.02)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, handlelength=LEGEND_HANDLE)
     axes[0].set_ylabel(f"share ({EDIT_NAMES})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

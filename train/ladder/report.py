@@ -17,6 +17,7 @@ from membuilder.plumbing.stats import against_zero, bootstrap_ci, separated
 from train.ladder import pooled
 from train.ladder.policy_actions import (
     EDIT_NAMES,
+    LEGEND_HANDLE,
     gap_line,
     held_out_line,
     plot_actions,
@@ -255,7 +256,8 @@ def plot_curves(rows: list[dict[str, Any]], path: Path, progress: list[dict[str,
     axes[1].set_title("held-out evidence reward (greedy, same sessions at every point)", fontsize=10)
     for ax in axes:
         ax.set_xlabel("RL step")
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:  # a ladder with no RL run yet plots empty axes
+            ax.legend(fontsize=7, handlelength=LEGEND_HANDLE)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
