@@ -25,13 +25,22 @@ def validity_goal(rows: list[dict[str, Any]]) -> str | None:
         return None
     v, r, a = min(cells, key=lambda c: c[0])
     word = "met" if v >= VALID_GOAL else "missed"
+    n = r.get("held_out_sessions")
+    # three places and the count: 91 of 96 is 0.948, which two places print as the goal itself
+    count = f", {round(v * n)} of {n} outputs" if n else ""
     return (f"Every agent at least {VALID_GOAL:.0%} valid JSON after SFT and RL (held-out): {word}; lowest "
-            f"{_label(r)} {a} {v:.2f} ({v - VALID_GOAL:+.2f})")
+            f"{_label(r)} {a} {v:.3f}{count} ({v - VALID_GOAL:+.3f})")
 
 
 def _edit_shares(r: dict[str, Any]) -> dict[str, float]:
     return {a: s["shares"]["edit"] for a, s in (r.get("held_out_actions_changed") or {}).items()
             if (s or {}).get("shares", {}).get("edit") is not None}
+
+
+def _of(r: dict[str, Any], agent: str, share: float) -> str:
+    """An edit share as its count of the changed sessions where the row has it (one session is 0.0125 of 80)."""
+    n = ((r.get("held_out_actions_changed") or {}).get(agent) or {}).get("outputs")
+    return f"{round(share * n)}/{n}" if n else f"{share:.2f}"
 
 
 def edit_share_goal(rows: list[dict[str, Any]]) -> str | None:
@@ -40,8 +49,9 @@ def edit_share_goal(rows: list[dict[str, Any]]) -> str | None:
     rl = [r for r in rows if r["stage"] not in ("base", "sft") and _edit_shares(r)]
     if not sft or not rl:
         return None
-    below = [f"{_label(r)} {a} {s:.2f} < {sft[a]:.2f}" for r in rl for a, s in _edit_shares(r).items()
-             if a in sft and s < sft[a] - 1e-9]
+    sft_row = next(r for r in rows if r["stage"] == "sft")
+    below = [f"{_label(r)} {a} {_of(r, a, s)} < {_of(sft_row, a, sft[a])}" for r in rl
+             for a, s in _edit_shares(r).items() if a in sft and s < sft[a] - 1e-9]
     margin = min(s - sft[a] for r in rl for a, s in _edit_shares(r).items() if a in sft)
     return ("After RL the edit share where a needed value changed is at least SFT's, per agent: "
             + (f"missed ({'; '.join(below)})" if below else f"met in {len(rl)} RL run(s) (smallest margin "
