@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from membuilder.plumbing.json_files import atomic_write_bytes, write_json
-from membuilder.plumbing.stats import against_zero, bootstrap_ci, pooled_paired_difference
+from membuilder.plumbing.stats import bootstrap_ci
 from membuilder.training.checkpoints import save_policy, set_adapter_base
 from memgym_env.benchmarks.grounding import distinct_grounding
 from train import adrpo, sft
@@ -48,7 +48,7 @@ from train.ladder import machine
 from train.ladder.curve_callback import CurveCallback, same_pick
 from train.ladder.evaluator import Evaluator, cached_json, oracle_over_limit
 from train.ladder.policy_actions import edits_against_expert, held_out_actions, rollout_actions
-from train.ladder.pooled import by_seed
+from train.ladder.pooled import differences
 from train.ladder.report import recipe_command, recipe_config, table, write_results
 from train.ladder.rl_signal import pack_rollouts, paired_train_difference, rl_signal, time_split
 from train.ladder.settings import RL_STAGES, LadderArgs, parse_args, rl_argv, sft_argv
@@ -341,15 +341,14 @@ def ship_best(a: LadderArgs, work: Path, rows: list[dict[str, Any]], argv: list[
 
 
 def against_sft(rows: list[dict[str, Any]], stage: str) -> dict[str, Any] | None:
-    """The shipped RL stage minus SFT, paired by session and pooled over seeds (the interval resamples both), so
-    the card says whether its lead is more than the spread between seeds; None for SFT or rows without sessions."""
-    if stage == "sft":
-        return None
-    d = pooled_paired_difference(by_seed(rows, "sft"), by_seed(rows, stage))
+    """The shipped RL stage minus SFT as the report pools it (``differences``: paired by session, the
+    interval resampling seeds and sessions), so the card says whether its lead is more than the spread between
+    seeds; None for SFT or rows without sessions."""
+    d = next((d for d in differences(rows).values() if d["a"] == "sft" and d["b"] == stage), None)
     if d is None:
         return None
     return {"mean": round(float(d["mean"]), 4), "ci": [round(float(x), 4) for x in d["ci"]],
-            "reads": against_zero(d["ci"]), "n_seeds": d["n_seeds"], "n_sessions": d["n_sessions"]}
+            "reads": d["reads"], "n_seeds": d["n_seeds"], "n_sessions": d["n_sessions"]}
 
 
 def _how(a: LadderArgs, stage: str, seed: int) -> str:
