@@ -10,6 +10,8 @@ training ladder runs it on every stage's policy.
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -31,6 +33,8 @@ from membuilder.plumbing.stats import wilson
 EXAMPLES = 12  # entries kept as examples, so a reader sees what "ungrounded" looks like
 # What each written entry is checked against: what the writer was shown, and the dialogue alone
 MEASURES = ("shown", "dialogue")
+REASONS = 3  # commonest reasons kept per agent for its invalid outputs
+_NUMBER = re.compile(r"\d+")
 
 
 def ground_writer(model, sessions: Sequence[Any], embedder, *, max_new_tokens: int, view_k: int,
@@ -40,7 +44,8 @@ def ground_writer(model, sessions: Sequence[Any], embedder, *, max_new_tokens: i
     ``window_tokens`` window by window, as ``MemBuilderAssistant`` writes it), and the grounding of every entry:
     ``{"all": {entries, grounded, grounded_rate, mean_share, ci}, "per_agent": ..., "dialogue": the same against
     the dialogue alone, "valid_rate": {agent: share of outputs with valid JSON}, "outputs": how many each agent
-    wrote (one per session or window), "writes": every entry written, ...}``.
+    wrote (one per session or window), "invalid": {agent: its invalid outputs, their commonest reasons, the first
+    of them}, "writes": every entry written, ...}``.
 
     Two measures: grounded in what the writer was shown (the window, its time and the memory; the issue's
     definition), and grounded in the dialogue so far (every window and session time up to this write, not the
@@ -51,6 +56,7 @@ def ground_writer(model, sessions: Sequence[Any], embedder, *, max_new_tokens: i
     bank = MemoryBank(embedder)
     per_agent = {m: {a: Grounding() for a in AGENTS} for m in MEASURES}
     valid = {a: 0 for a in AGENTS}
+    invalid = {a: InvalidOutputs() for a in AGENTS}
     outputs_made = 0
     heard: set[str] = set()  # content words of the dialogue so far
     writes: list[dict[str, Any]] = []
@@ -65,6 +71,7 @@ def ground_writer(model, sessions: Sequence[Any], embedder, *, max_new_tokens: i
                 parsed = parse(agent, outputs[agent])
                 valid[agent] += parsed.valid
                 if not parsed.valid:
+                    invalid[agent].add(parsed.errors, outputs[agent])
                     continue
                 for unit in written_units(parsed.ops, bank.core.text):
                     shares = {"shown": grounded_share(unit, sources), "dialogue": share_in(unit, heard)}
@@ -83,9 +90,30 @@ def ground_writer(model, sessions: Sequence[Any], embedder, *, max_new_tokens: i
             "dialogue": {"all": totals["dialogue"],
                          "per_agent": {a: g.to_dict() for a, g in per_agent["dialogue"].items()}},
             "valid_rate": {a: valid[a] / n for a in AGENTS}, "sessions": len(sessions), "outputs": outputs_made,
+            "invalid": {a: invalid[a].to_dict() for a in AGENTS},
             "window_tokens": window_tokens, "grounding_rule": GROUNDING_RULE, "measures": list(MEASURES),
             "examples": [{k: (v[:200] if k == "text" else v) for k, v in x.items()} for x in writes[:EXAMPLES]],
             "distinct": distinct_grounding(writes), "writes": writes}
+
+
+class InvalidOutputs:
+    """Why one agent's outputs were invalid: a validity share alone does not say whether the writer broke the JSON
+    at the token limit or wrote an operation without the field it needs (an UPDATE with no ``new_memory``), which
+    call for different fixes. Counts each output's first error, its numbers blanked so that one kind is one key."""
+
+    def __init__(self) -> None:
+        self.reasons: Counter[str] = Counter()
+        self.example: str | None = None
+
+    def add(self, errors: Sequence[str], text: str) -> None:
+        self.reasons[_NUMBER.sub("N", errors[0]) if errors else "invalid"] += 1
+        if self.example is None:
+            self.example = text[:240]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"outputs": sum(self.reasons.values()),
+                "reasons": [{"reason": r, "outputs": n} for r, n in self.reasons.most_common(REASONS)],
+                "example": self.example}
 
 
 def distinct_grounding(writes: Sequence[dict[str, Any]]) -> dict[str, Any]:

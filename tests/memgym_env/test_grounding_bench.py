@@ -39,6 +39,14 @@ def test_grounding_bench_writes_long_sessions_in_windows(tiny_chat_path, shared_
     assert r["dialogue"]["all"]["entries"] == r["all"]["entries"] == len(r["writes"])
     assert all(0 <= w["window"] < r["outputs"] and w["agent"] in r["per_agent"] for w in r["writes"])
     assert r["distinct"] == distinct_grounding(json.loads(json.dumps(r["writes"])))
+    # every invalid output is counted under its first error, numbers blanked, with the first one kept (four tokens
+    # cannot close an operation's JSON, so there are some)
+    assert sum(d["outputs"] for d in r["invalid"].values()) > 0
+    for agent, d in r["invalid"].items():
+        assert d["outputs"] == round((1 - r["valid_rate"][agent]) * r["outputs"])
+        assert sum(x["outputs"] for x in d["reasons"]) <= d["outputs"]
+        assert all(not any(ch.isdigit() for ch in x["reason"]) for x in d["reasons"])
+        assert (d["example"] is None) == (d["outputs"] == 0)
 
 
 def test_distinct_entries_count_a_copied_line_once_and_name_questions():

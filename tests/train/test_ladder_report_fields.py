@@ -113,7 +113,11 @@ def _row(stage, seed, shift=0.0, new_fields=True):
                            "dialogue": {"all": {"entries": 30, "grounded": 21}},
                            "distinct": {"entries": 12, "questions": 5, "shown": {"entries": 12, "grounded": 9},
                                         "dialogue": {"entries": 12, "grounded": 6}},
-                           "valid_rate": {a: 1.0 - 0.1 * (a == "core") for a in AGENTS}},
+                           "valid_rate": {a: 1.0 - 0.1 * (a == "core") for a in AGENTS},
+                           **({"invalid": {"core": {"outputs": 14, "reasons": [
+                               {"reason": "core: REPLACE needs 'new_text'", "outputs": 12},
+                               {"reason": "invalid JSON: Unterminated string at char N", "outputs": 2}]},
+                               **{a: {"outputs": 0, "reasons": []} for a in AGENTS[1:]}}} if stage == "sft" else {})},
         "train_signal": _signal() if rl else None,
         # SFT trained before machines were recorded; ADRPO seed 1 over two sittings on two machines
         "machines": None if stage == "sft" else [AMD, *([XEON] if (stage, seed) == ("adrpo", 1) else [])],
@@ -155,6 +159,10 @@ def test_each_per_stage_table_reads_its_fields_within_80_columns():
     # each text once: 12 distinct entries, 5 of them questions
     assert ("distinct entries 12: 0.75 [0.47, 0.91] in what was shown, 0.50 [0.25, 0.75] in the dialogue alone, "
             "5 of them questions") in real
+    # why the writes there were invalid, only for the agents with invalid outputs and the rows that recorded it
+    assert ("- sft seed 0: core 14 (12 core: REPLACE needs 'new_text', 2 invalid JSON: Unterminated string at "
+            "char N)") in real
+    assert "grpo seed 0: core" not in real and "sft seed 0: episodic" not in real
     machines = stage_tables.machine_table(rows)
     assert "| sft | 0 | not recorded | - | - | - |" in machines and "\n| base |" not in machines
     assert "| adrpo | 1 | AMD EPYC 9R14 96-Core | AVX512-BF16 | 2 | float32 |\n| adrpo | 1 | Intel Xeon | AMX | 2 | bfloat16 |" in machines
