@@ -47,6 +47,21 @@ def share_in(text: str, known: set[str]) -> float | None:
     return len(words & known) / len(words) if words else None
 
 
+_CAPITALISED = re.compile(r"\b[A-Z][^\s:;,.!?()|\"'\u2019]*")  # a capitalised word, up to punctuation or a quote
+
+
+def unsaid_capitals(text: str, known: set[str]) -> list[str]:
+    """Words of ``text`` written with a capital (names, places, labels) that carry a content word outside
+    ``known``. An invented name in an entry whose other words were said passes the share rule ("Adoption
+    agencies: 'Carsmel'" has 4 of its 5 content words said); it shows here."""
+    out: list[str] = []
+    for word in _CAPITALISED.findall(text):
+        words = content_words(word)
+        if words and not words <= known and word not in out:
+            out.append(word)
+    return out
+
+
 @dataclass
 class Grounding:
     """Grounding of the entries of one or more outputs: how many were written and how many grounded."""

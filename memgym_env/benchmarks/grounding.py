@@ -25,6 +25,7 @@ from membuilder.memory.grounding import (
     content_words,
     grounded_share,
     share_in,
+    unsaid_capitals,
     written_units,
 )
 from membuilder.memory.ops import AGENTS, parse
@@ -79,7 +80,8 @@ def ground_writer(model, sessions: Sequence[Any], embedder, *, max_new_tokens: i
                         per_agent[m][agent].add(share)
                     if shares["shown"] is not None:
                         writes.append({"session": session.id, "window": w, "agent": agent, "text": unit,
-                                       **{m: round(v, 3) for m, v in shares.items()}})
+                                       **{m: round(v, 3) for m, v in shares.items()},
+                                       "unsaid": unsaid_capitals(unit, heard)})
             for agent in AGENTS:
                 bank.apply(agent, outputs[agent], time=session.time, session=session.id)
         if progress:
@@ -124,6 +126,8 @@ def distinct_grounding(writes: Sequence[dict[str, Any]]) -> dict[str, Any]:
     seen: set[str] = set()
     totals = {m: Grounding() for m in MEASURES}
     questions = 0
+    unsaid: Counter[str] = Counter()
+    named = 0  # distinct entries with a capitalised word the dialogue never said
     for w in writes:
         key = " ".join(w["text"].casefold().split())
         if key in seen:
@@ -132,8 +136,13 @@ def distinct_grounding(writes: Sequence[dict[str, Any]]) -> dict[str, Any]:
         for m in MEASURES:
             totals[m].add(w.get(m))
         questions += "?" in w["text"]
+        named += bool(w.get("unsaid"))
+        unsaid.update(w.get("unsaid") or [])
     return {**{m: {**g.to_dict(), "ci": wilson(g.grounded, g.entries)} for m, g in totals.items()},
-            "entries": len(seen), "questions": questions}
+            "entries": len(seen), "questions": questions,
+            # writes cached before the check have no "unsaid": None, not a count of zero
+            **({"unsaid": {"entries": named, "ci": wilson(named, len(seen)), "words": unsaid.most_common(REASONS)}}
+               if all("unsaid" in w for w in writes) else {})}
 
 
 def _total(groundings) -> dict[str, Any]:

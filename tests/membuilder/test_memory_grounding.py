@@ -9,6 +9,7 @@ from membuilder.memory.grounding import (
     content_words,
     grounded_share,
     share_in,
+    unsaid_capitals,
     written_units,
 )
 from membuilder.memory.ops import parse
@@ -72,3 +73,13 @@ def test_an_invented_entry_copied_from_memory_is_grounded_in_the_memory_not_in_t
     assert share_in(invented, heard) == 0.0  # no word of it was ever said
     assert share_in("Caroline lost her job", heard) == 1.0 and share_in("the and", heard) is None
 
+
+
+def test_an_invented_name_passes_the_share_rule_and_shows_as_a_capitalised_word_never_said():
+    heard = content_words("Caroline: I looked at adoption agencies today. (9 June, 2023)")
+    entry = "Adoption agencies: 'Carsmel' | Details: First mentioned by the user on 9 June, 2023."
+    assert share_in(entry, heard) >= GROUNDED_SHARE  # 4 of its 5 content words were said
+    assert unsaid_capitals(entry, heard) == ["Carsmel"]
+    # said names, the format's own labels and a possessive are not flagged; each word is named once
+    assert unsaid_capitals("Caroline's plan | Details: Changed on or before 9 June", heard) == []
+    assert unsaid_capitals("Learning goal: Carsmel and Carsmel", heard) == ["Learning", "Carsmel"]

@@ -38,6 +38,7 @@ def test_grounding_bench_writes_long_sessions_in_windows(tiny_chat_path, shared_
     # both measures over the same entries, each entry kept with its window and shares
     assert r["dialogue"]["all"]["entries"] == r["all"]["entries"] == len(r["writes"])
     assert all(0 <= w["window"] < r["outputs"] and w["agent"] in r["per_agent"] for w in r["writes"])
+    assert all(isinstance(w["unsaid"], list) for w in r["writes"])
     assert r["distinct"] == distinct_grounding(json.loads(json.dumps(r["writes"])))
     # every invalid output is counted under its first error, numbers blanked, with the first one kept (four tokens
     # cannot close an operation's JSON, so there are some)
@@ -47,6 +48,17 @@ def test_grounding_bench_writes_long_sessions_in_windows(tiny_chat_path, shared_
         assert sum(x["outputs"] for x in d["reasons"]) <= d["outputs"]
         assert all(not any(ch.isdigit() for ch in x["reason"]) for x in d["reasons"])
         assert (d["example"] is None) == (d["outputs"] == 0)
+
+
+def test_distinct_entries_count_the_capitalised_words_never_said_once_each():
+    writes = [{"text": "Agency: Carsmel", "shown": 0.5, "dialogue": 0.5, "unsaid": ["Carsmel"]},
+              {"text": "agency:  carsmel", "shown": 0.5, "dialogue": 0.5, "unsaid": []},  # a copy: not counted
+              {"text": "School: Carsmel", "shown": 0.5, "dialogue": 0.5, "unsaid": ["Carsmel"]},
+              {"text": "Caroline lost her job", "shown": 1.0, "dialogue": 1.0, "unsaid": []}]
+    u = distinct_grounding(writes)["unsaid"]
+    assert u["entries"] == 2 and u["words"] == [("Carsmel", 2)] and u["ci"][0] < 2 / 3 < u["ci"][1]
+    # writes cached before the check say nothing about it, rather than zero
+    assert "unsaid" not in distinct_grounding([{k: v for k, v in w.items() if k != "unsaid"} for w in writes])
 
 
 def test_distinct_entries_count_a_copied_line_once_and_name_questions():

@@ -112,6 +112,9 @@ def _row(stage, seed, shift=0.0, new_fields=True):
         "real_grounding": {"sessions": 19, "outputs": 137, "all": {"entries": 30, "grounded": 27},
                            "dialogue": {"all": {"entries": 30, "grounded": 21}},
                            "distinct": {"entries": 12, "questions": 5, "shown": {"entries": 12, "grounded": 9},
+                                        **({"unsaid": {"entries": 3, "ci": [0.09, 0.53],
+                                                       "words": [["Carsmel", 3], ["Learning", 1]]}}
+                                           if stage == "sft" else {}),
                                         "dialogue": {"entries": 12, "grounded": 6}},
                            "valid_rate": {a: 1.0 - 0.1 * (a == "core") for a in AGENTS},
                            **({"invalid": {"core": {"outputs": 14, "reasons": [
@@ -158,7 +161,11 @@ def test_each_per_stage_table_reads_its_fields_within_80_columns():
     assert "- sft seed 0: 0.70 [0.52, 0.83] of 30 entries grounded in the dialogue alone" in real
     # each text once: 12 distinct entries, 5 of them questions
     assert ("distinct entries 12: 0.75 [0.47, 0.91] in what was shown, 0.50 [0.25, 0.75] in the dialogue alone, "
-            "5 of them questions") in real
+            "5 of them questions, 3 with a capitalised word never said in the dialogue so far (Carsmel 3x, "
+            "Learning 1x)") in real
+    assert "grpo seed 0: 0.70 [0.52, 0.83] of 30 entries grounded in the dialogue alone (every window and session " \
+           "time so far, not the memory); distinct entries 12: 0.75 [0.47, 0.91] in what was shown, 0.50 [0.25, " \
+           "0.75] in the dialogue alone, 5 of them questions\n" in real  # a row cached before the check
     # why the writes there were invalid, only for the agents with invalid outputs and the rows that recorded it
     assert ("- sft seed 0: core 14 (12 core: REPLACE needs 'new_text', 2 invalid JSON: Unterminated string at "
             "char N)") in real

@@ -126,8 +126,12 @@ def _distinct(d: dict[str, Any] | None) -> str:
     """Each text counted once: copies of one line do not weigh as many entries, and questions are named."""
     if not d or not d.get("entries"):
         return ""
-    return (f"; distinct entries {d['entries']}: {_grounded(d['shown'], True)} in what was shown, "
+    text = (f"; distinct entries {d['entries']}: {_grounded(d['shown'], True)} in what was shown, "
             f"{_grounded(d['dialogue'], True)} in the dialogue alone, {d['questions']} of them questions")
+    if u := d.get("unsaid"):
+        text += (f", {u['entries']} with a capitalised word never said in the dialogue so far"
+                 + (" (" + ", ".join(f"{w} {n}x" for w, n in u["words"]) + ")" if u["words"] else ""))
+    return text
 
 
 def memory_table(rows: list[dict[str, Any]]) -> str:
