@@ -28,7 +28,7 @@ from membuilder.llm import load_chat_model  # noqa: E402
 from membuilder.llm.embedders import load_embedder  # noqa: E402
 from membuilder.memory.ops import AGENTS  # noqa: E402
 from membuilder.plumbing.json_files import atomic_write_text, write_json  # noqa: E402
-from memgym_env.benchmarks.grounding import ground_writer  # noqa: E402
+from memgym_env.benchmarks.grounding import ground_writer, invalid_phrases  # noqa: E402
 from memgym_env.benchmarks.locomo import read_locomo  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo10_conv-26.json"
@@ -52,8 +52,8 @@ def table(result: dict) -> str:
     lines = [f"LoCoMo {result['conversation']}, first {result['sessions']} sessions; entry grounded when >= 70% of its "
              "content words are in the session or the memory shown", "",
              "| writer | entries | grounded [95% CI] | in the dialogue alone [95% CI] | mean share | "
-             + " | ".join(f"valid {a}" for a in AGENTS) + " |",
-             "|---|---:|---|---|---:|" + "---:|" * len(AGENTS)]
+             "distinct with a capital never said | " + " | ".join(f"valid {a}" for a in AGENTS) + " |",
+             "|---|---:|---|---|---:|---:|" + "---:|" * len(AGENTS)]
 
     def rate(a):
         return f"{a['grounded_rate']:.3f} [{a['ci'][0]:.3f}, {a['ci'][1]:.3f}]" if a["ci"] else "-"
@@ -61,9 +61,12 @@ def table(result: dict) -> str:
     for spec, r in result["writers"].items():
         a = r["all"]
         share = f"{a['mean_share']:.3f}" if a["mean_share"] is not None else "-"
-        lines.append(f"| {spec} | {a['entries']} | {rate(a)} | {rate(r['dialogue']['all'])} | {share} | "
+        unsaid = (r.get("distinct") or {}).get("unsaid")
+        named = f"{unsaid['entries']}/{r['distinct']['entries']}" if unsaid else "-"
+        lines.append(f"| {spec} | {a['entries']} | {rate(a)} | {rate(r['dialogue']['all'])} | {share} | {named} | "
                      + " | ".join(f"{r['valid_rate'][x]:.2f}" for x in AGENTS) + " |")
-    return "\n".join(lines)
+    why = [f"- {spec}: " + "; ".join(p) for spec, r in result["writers"].items() if (p := invalid_phrases(r.get("invalid")))]
+    return "\n".join(lines + (["", "Invalid outputs per agent and their commonest first errors:", "", *why] if why else []))
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -118,6 +118,13 @@ class InvalidOutputs:
                 "example": self.example}
 
 
+def invalid_phrases(invalid: dict[str, Any] | None) -> list[str]:
+    """One phrase per agent with invalid outputs (``ground_writer``'s ``invalid``): how many, and the reasons that
+    account for most of them."""
+    return [f"{a} {d['outputs']} (" + ", ".join(f"{x['outputs']} {x['reason']}" for x in d["reasons"]) + ")"
+            for a in AGENTS if (d := (invalid or {}).get(a)) and d.get("outputs")]
+
+
 def distinct_grounding(writes: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The two measures over distinct entries (a text counted once, where it was first written, whichever memory
     holds it), and how many distinct entries are questions: a writer that copies one line into every window

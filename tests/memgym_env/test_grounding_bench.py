@@ -22,7 +22,10 @@ def test_grounding_bench_on_one_session_with_a_tiny_writer(tiny_chat_path, share
     r = result["writers"][tiny_chat_path]
     assert result["sessions"] == 1 and set(r["per_agent"]) == {"core", "episodic", "semantic", "procedural"}
     assert 0 <= r["all"]["grounded"] <= r["all"]["entries"]
-    assert out.with_suffix(".md").read_text().startswith("LoCoMo ")
+    md = out.with_suffix(".md").read_text()
+    assert md.startswith("LoCoMo ")
+    # eight tokens close no operation's JSON: the table says why the writes were invalid
+    assert f"- {tiny_chat_path}: core " in md and "Invalid outputs per agent" in md
 
 
 def test_grounding_bench_writes_long_sessions_in_windows(tiny_chat_path, shared_data, tmp_path):

@@ -8,6 +8,7 @@ from typing import Any
 
 from membuilder.memory.ops import AGENTS
 from membuilder.plumbing import stats
+from memgym_env.benchmarks.grounding import invalid_phrases
 from train.ladder.machine import short_cpu
 from train.ladder.policy_actions import EDIT_NAMES
 from train.ladder.rl_signal import ATTRIBUTION_TYPES
@@ -108,18 +109,13 @@ def real_grounding_table(rows: list[dict[str, Any]]) -> str:
                 + _distinct(r["real_grounding"].get("distinct"))
                 for r in rows if (d := (r.get("real_grounding") or {}).get("dialogue")) and d.get("all")]
     why = [f"- {r['stage']} seed {r['seed']}: " + "; ".join(lines)
-           for r in rows if (lines := _invalid_reasons((r.get("real_grounding") or {}).get("invalid")))]
+           for r in rows if (lines := invalid_phrases((r.get("real_grounding") or {}).get("invalid")))]
     return _md(["stage", "seed", "sessions (writes)", "n", "grounded [95% CI]", "valid % C/E/S/P"], body) + (
         "\n\nAn invented entry copied into another memory is grounded in the memory shown, not in the dialogue:"
         "\n\n" + "\n".join(dialogue) if dialogue else "") + (
         "\n\nWhy writes there were invalid, per agent: its invalid outputs and their commonest first errors:"
         "\n\n" + "\n".join(why) if why else "")
 
-
-def _invalid_reasons(invalid: dict[str, Any] | None) -> list[str]:
-    """One phrase per agent with invalid outputs: how many, and the reasons that account for most of them."""
-    return [f"{a} {d['outputs']} (" + ", ".join(f"{x['outputs']} {x['reason']}" for x in d["reasons"]) + ")"
-            for a in AGENTS if (d := (invalid or {}).get(a)) and d.get("outputs")]
 
 
 def _distinct(d: dict[str, Any] | None) -> str:
