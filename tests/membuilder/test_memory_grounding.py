@@ -74,7 +74,6 @@ def test_an_invented_entry_copied_from_memory_is_grounded_in_the_memory_not_in_t
     assert share_in("Caroline lost her job", heard) == 1.0 and share_in("the and", heard) is None
 
 
-
 def test_an_invented_name_passes_the_share_rule_and_shows_as_a_capitalised_word_never_said():
     heard = content_words("Caroline: I looked at adoption agencies today. (9 June, 2023)")
     entry = "Adoption agencies: 'Carsmel' | Details: First mentioned by the user on 9 June, 2023."

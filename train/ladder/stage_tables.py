@@ -117,7 +117,6 @@ def real_grounding_table(rows: list[dict[str, Any]]) -> str:
         "\n\n" + "\n".join(why) if why else "")
 
 
-
 def _distinct(d: dict[str, Any] | None) -> str:
     """Each text counted once: copies of one line do not weigh as many entries, and questions are named."""
     if not d or not d.get("entries"):
