@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from membuilder.agents.constructor import MemBuilderPolicy, build_observation, shown_texts
@@ -59,33 +59,28 @@ def ground_writer(model, sessions: Sequence[Any], embedder, *, max_new_tokens: i
     valid = {a: 0 for a in AGENTS}
     invalid = {a: InvalidOutputs() for a in AGENTS}
     outputs_made = 0
-    heard: set[str] = set()  # content words of the dialogue so far
     writes: list[dict[str, Any]] = []
-    for session in sessions:
-        for w, window in enumerate(session_windows(session.render(), window_tokens, model.count_tokens)):
-            obs = build_observation(bank, window, session.time, view_k)
-            sources = shown_texts(obs)
-            heard |= content_words(window) | content_words(session.time or "")
-            outputs = policy.act(obs)
-            outputs_made += 1
-            for agent in AGENTS:
-                parsed = parse(agent, outputs[agent])
-                valid[agent] += parsed.valid
-                if not parsed.valid:
-                    invalid[agent].add(parsed.errors, outputs[agent])
-                    continue
-                for unit in written_units(parsed.ops, bank.core.text):
-                    shares = {"shown": grounded_share(unit, sources), "dialogue": share_in(unit, heard)}
-                    for m, share in shares.items():
-                        per_agent[m][agent].add(share)
-                    if shares["shown"] is not None:
-                        writes.append({"session": session.id, "window": w, "agent": agent, "text": unit,
-                                       **{m: round(v, 3) for m, v in shares.items()},
-                                       "unsaid": unsaid_capitals(unit, heard)})
-            for agent in AGENTS:
-                bank.apply(agent, outputs[agent], time=session.time, session=session.id)
-        if progress:
-            progress(1)
+    for session, w, window, heard in dialogue_so_far(sessions, window_tokens, model.count_tokens, progress):
+        obs = build_observation(bank, window, session.time, view_k)
+        sources = shown_texts(obs)
+        outputs = policy.act(obs)
+        outputs_made += 1
+        for agent in AGENTS:
+            parsed = parse(agent, outputs[agent])
+            valid[agent] += parsed.valid
+            if not parsed.valid:
+                invalid[agent].add(parsed.errors, outputs[agent])
+                continue
+            for unit in written_units(parsed.ops, bank.core.text):
+                shares = {"shown": grounded_share(unit, sources), "dialogue": share_in(unit, heard)}
+                for m, share in shares.items():
+                    per_agent[m][agent].add(share)
+                if shares["shown"] is not None:
+                    writes.append({"session": session.id, "window": w, "agent": agent, "text": unit,
+                                   **{m: round(v, 3) for m, v in shares.items()},
+                                   "unsaid": unsaid_capitals(unit, heard)})
+        for agent in AGENTS:
+            bank.apply(agent, outputs[agent], time=session.time, session=session.id)
     totals = {m: _total(per_agent[m].values()) for m in MEASURES}
     n = max(1, outputs_made)
     return {"all": totals["shown"], "per_agent": {a: g.to_dict() for a, g in per_agent["shown"].items()},
@@ -96,6 +91,36 @@ def ground_writer(model, sessions: Sequence[Any], embedder, *, max_new_tokens: i
             "window_tokens": window_tokens, "grounding_rule": GROUNDING_RULE, "measures": list(MEASURES),
             "examples": [{k: (v[:200] if k == "text" else v) for k, v in x.items()} for x in writes[:EXAMPLES]],
             "distinct": distinct_grounding(writes), "writes": writes}
+
+
+def dialogue_so_far(sessions: Sequence[Any], window_tokens: int | None, count_tokens: Callable[[str], int],
+                    progress: Callable[[int], None] | None = None) -> Iterator[tuple[Any, int, str, set[str]]]:
+    """Every window a writer is shown, in order, as ``(session, window index, window, heard)``: ``heard`` is the
+    content words of every window and session time up to and including this one, the dialogue an entry written
+    here is checked against. ``progress(1)`` after each session."""
+    heard: set[str] = set()
+    for session in sessions:
+        for w, window in enumerate(session_windows(session.render(), window_tokens, count_tokens)):
+            heard |= content_words(window) | content_words(session.time or "")
+            yield session, w, window, heard
+        if progress:
+            progress(1)
+
+
+def with_unsaid(result: dict[str, Any], sessions: Sequence[Any], count_tokens: Callable[[str], int]) -> dict[str, Any]:
+    """A ``ground_writer`` result cached before writes recorded their capitalised words never said, with them
+    filled in: they depend only on the entry's text and the dialogue up to its window, both known without the
+    writer, so nothing is generated again. ``count_tokens`` must be the writer's, which cut the windows."""
+    if all("unsaid" in w for w in result["writes"]):
+        return result
+    heard_at = {(s.id, w): set(heard) for s, w, _, heard in
+                dialogue_so_far(sessions, result.get("window_tokens"), count_tokens)}
+    if len(heard_at) != result["outputs"]:
+        raise ValueError(f"the cached writes came from {result['outputs']} windows, but these sessions cut into "
+                         f"{len(heard_at)}: not the tokenizer or sessions that wrote them")
+    writes = [{**w, "unsaid": unsaid_capitals(w["text"], heard_at[(w["session"], w["window"])])}
+              for w in result["writes"]]
+    return {**result, "writes": writes, "distinct": distinct_grounding(writes)}
 
 
 class InvalidOutputs:

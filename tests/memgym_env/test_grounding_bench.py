@@ -10,8 +10,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
 import grounding_locomo  # noqa: E402
+import pytest  # noqa: E402
 
-from memgym_env.benchmarks.grounding import distinct_grounding  # noqa: E402
+from memgym_env.benchmarks.grounding import dialogue_so_far, distinct_grounding, with_unsaid  # noqa: E402
+from memgym_env.benchmarks.locomo import read_locomo  # noqa: E402
 
 
 def test_grounding_bench_on_one_session_with_a_tiny_writer(tiny_chat_path, shared_data, tmp_path):
@@ -73,3 +75,28 @@ def test_distinct_entries_count_a_copied_line_once_and_name_questions():
     assert d["entries"] == 3 and d["questions"] == 1
     assert (d["shown"]["entries"], d["shown"]["grounded"]) == (3, 2)  # the copy's 1.0 is not counted
     assert (d["dialogue"]["entries"], d["dialogue"]["grounded"]) == (3, 2)
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+def test_a_cache_without_the_words_never_said_gets_them_from_the_dialogue_up_to_each_window(shared_data):
+    """'Charity' is first said in conv-26's second session: an entry naming it is flagged where it was written in
+    the first session and not where it was written at the end of the second; nothing is generated."""
+    sessions = read_locomo(shared_data / "locomo" / "locomo10_conv-26.json")[0].sessions[:2]
+    windows = [(s.id, w) for s, w, _, _ in dialogue_so_far(sessions, 160, _words)]
+    first, last = windows[0], windows[-1]
+    assert first[0] != last[0] and len(windows) > 2
+    text = "Charity race: Melanie ran one"
+    old = {"outputs": len(windows), "window_tokens": 160, "sessions": 2,
+           "writes": [{"session": sid, "window": w, "agent": "semantic", "text": text, "shown": 1.0, "dialogue": 1.0}
+                      for sid, w in (first, last)]}
+    filled = with_unsaid(old, sessions, _words)
+    assert [w["unsaid"] for w in filled["writes"]] == [["Charity"], []]
+    assert filled["distinct"]["unsaid"]["entries"] == 1  # one text, counted where it was first written
+    assert "unsaid" not in old["writes"][0]  # the cached result itself is left as it was
+    assert with_unsaid(filled, sessions, _words) is filled
+    # windows cut by another tokenizer would pair entries with the wrong dialogue: refused, not guessed
+    with pytest.raises(ValueError, match="not the tokenizer or sessions"):
+        with_unsaid({**old, "outputs": len(windows) + 1}, sessions, _words)

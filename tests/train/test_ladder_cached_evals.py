@@ -212,3 +212,37 @@ def test_a_stage_trained_on_another_machine_is_read_from_its_caches_alone(tmp_pa
     evaluate.cache("grpo-1").write_text(json.dumps({**res, "session_pick": "first"}))
     with pytest.raises(FileNotFoundError, match="adapter is not on this machine"):
         evaluate.cached(None, "GRPO seed 1", "grpo-1", grounding=False)
+
+
+def test_conv26_writes_cached_before_the_words_never_said_get_them_on_read(tmp_path):
+    """A stage's conv-26 cache from before entries recorded their capitalised words never said is filled in from
+    the same windows (the base model's tokenizer) and kept so: old stages report the check without writing again."""
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    from membuilder.llm.registry import resolve_chat_path
+    from memgym_env.benchmarks.grounding import dialogue_so_far
+    from memgym_env.benchmarks.locomo import read_locomo
+
+    evaluate = Evaluator(parse_args([*_argv(tmp_path), "--interactive_eval", "false", "--grounding_sessions", "2"]),
+                         tmp_path / "work")
+    scorer = evaluate.scorers["evidence"]
+    res = _cache(evaluate, "grpo-1", {k: scorer.expert_action(k) for k in evaluate.keys})
+    _memory_cache(evaluate, "grpo-1")
+    settings = evaluate.grounding_settings()
+    tokenizer = AutoTokenizer.from_pretrained(resolve_chat_path(evaluate.a.model_name_or_path))
+    sessions = read_locomo(Path(settings["data"]))[0].sessions[:2]
+    windows = [(s.id, w) for s, w, _, _ in
+               dialogue_so_far(sessions, settings["window_tokens"], lambda t: len(tokenizer.encode(t, add_special_tokens=False)))]
+    writes = [{"session": sid, "window": w, "agent": "semantic", "text": "Support group: Carsmel", "shown": 0.67,
+               "dialogue": 0.67} for sid, w in windows[:2]]
+    cached = {"settings": settings, "engine_dtype": evaluate.engine_dtype(), "ops_schema": OPS_SCHEMA,
+              "all": {"entries": 2, "grounded": 0}, "sessions": 2, "outputs": len(windows),
+              "window_tokens": settings["window_tokens"], "writes": writes}
+    evaluate.cache("grpo-1-grounding").write_text(json.dumps(cached))
+    read = evaluate.cached(None, "GRPO seed 1", "grpo-1", grounding=False)["real_grounding"]
+    assert read["distinct"]["unsaid"]["entries"] == 1 and read["distinct"]["unsaid"]["words"] == [("Carsmel", 1)]
+    assert [w["unsaid"] for w in read["writes"]] == [["Carsmel"], ["Carsmel"]]
+    kept = json.loads(evaluate.cache("grpo-1-grounding").read_text())
+    assert kept["writes"] == read["writes"] and res["reward"] is not None

@@ -36,7 +36,7 @@ from membuilder.training.policy_eval import (
     score_outputs,
 )
 from memgym_env.benchmarks.grounding import MEASURES as GROUNDING_MEASURES
-from memgym_env.benchmarks.grounding import ground_writer
+from memgym_env.benchmarks.grounding import ground_writer, with_unsaid
 from memgym_env.benchmarks.locomo import read_locomo
 from memgym_env.construction.answers import MODEL_FREE_MODES
 from memgym_env.construction.audit import needs_changed_value
@@ -163,7 +163,21 @@ class Evaluator:
         else:
             kept = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
             grounding = kept if valid(kept) else {}
+        if grounding.get("writes") and (filled := self.with_unsaid(grounding)) is not grounding:
+            grounding = filled
+            write_json(path, grounding)
         return {**res, **memory, "real_grounding": grounding if grounding.get("all") else None}
+
+    def with_unsaid(self, grounding: dict[str, Any]) -> dict[str, Any]:
+        """conv-26 writes cached before each entry recorded its capitalised words never said, with them filled in
+        from the same windows (the base model's tokenizer cut them; LoRA keeps it), writing nothing again."""
+        if all("unsaid" in w for w in grounding["writes"]):
+            return grounding
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(resolve_chat_path(self.a.model_name_or_path))
+        sessions = read_locomo(Path(grounding["settings"]["data"]))[0].sessions[:grounding["sessions"]]
+        return with_unsaid(grounding, sessions, lambda text: len(tokenizer.encode(text, add_special_tokens=False)))
 
     def held_out(self, label: str, name: str, make, fits) -> dict[str, Any]:
         """The stage's held-out evaluation, cached (``make`` generates it, ``fits`` checks a cached one's weights);
