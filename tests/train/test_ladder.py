@@ -355,6 +355,12 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
         shutil.rmtree(stage_dir / "policy")
     assert timeless(ladder.main(_argv(tiny_path, tmp_path))) == timeless(rows)
     assert timeless(ladder.main([*_argv(tiny_path, tmp_path), "--report_only", "true"])) == timeless(rows)
+    # a run that selects one stage and seed (as one adding a seed to a finished ladder does) trains only those and
+    # reports every run the work folder holds: the shared report keeps the rows it did not select
+    picked = ladder.main([*_argv(tiny_path, tmp_path), "--seeds", "1", "--rl_stages", "grpo"])
+    assert timeless(picked) == timeless(rows)
+    assert [(r["stage"], r["seed"]) for r in json.loads((tmp_path / "results" / "ladder.json").read_text())] == [
+        (r["stage"], r["seed"]) for r in rows]
     assert not any((tmp_path / "work").glob("seed*/*/policy")) and not any((tmp_path / "work").glob("seed*/*/checkpoint-*"))
 
     # report_only publishes the finished stages of a ladder stopped part-way and trains nothing

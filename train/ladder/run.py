@@ -390,6 +390,21 @@ def export_adapter(a: LadderArgs, stage: str, seed: int, adapter: str, scores: d
     return out
 
 
+def stage_runs(a: LadderArgs, work: Path) -> list[tuple[int, str, bool]]:
+    """(seed, RL stage, selected) in the order the ladder takes them: the runs ``seeds``, ``rl_stages`` and
+    ``stage_seeds`` select, which it trains, and every other run the work folder already holds, which it only
+    reports. A run adding one stage or seed to a finished ladder so rewrites the shared report with all of them,
+    not with its own selection alone."""
+    held = {int(p.name[4:]) for p in work.glob("seed*") if p.name[4:].isdigit()} if work.is_dir() else set()
+    runs = []
+    for seed in sorted({*a.seeds, *held}):
+        for stage in (s for s in RL_STAGES if s in a.stages):
+            selected = stage in a.rl_stages and seed in a.seeds_of(stage)
+            if selected or (work / f"seed{seed}" / stage).is_dir():
+                runs.append((seed, stage, selected))
+    return runs
+
+
 def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
     work = Path(a.work_dir)
     check_work_dir(a, work)
@@ -431,31 +446,30 @@ def run(a: LadderArgs, argv: list[str]) -> list[dict[str, Any]]:
     if not a.report_only:
         ship_best(a, work, rows, argv)  # SFT until an RL stage's pooled result beats it
     publish()
-    for seed in a.seeds:
-        for stage in (s for s in RL_STAGES if s in a.rl_stages and seed in a.seeds_of(s)):
-            folder = work / f"seed{seed}" / stage
-            if a.report_only and not _finished(evaluate, folder, f"{stage}-{seed}"):
-                partial = run_progress(folder, stage, seed, sft_res, evaluate.curve_keys(), steps[stage],
-                                       a.eval_session_pick)
-                if partial:
-                    progress.append(partial)
-                continue
-            curve = CurveCallback(evaluate, a.curve_every, f"{stage} seed {seed}",
-                                  folder / "curve_points.partial.json")
-            t = time.perf_counter()
-            elsewhere = _trained_elsewhere(folder)
-            policy = None if elsewhere else train_rl(a, stage, seed, sft_policy, folder, curve)
-            timings.setdefault(f"{stage}/{seed}", _train_seconds(folder, time.perf_counter() - t))
-            points = same_pick(cached_json(folder / "curve_points.json", lambda c=curve: c.points), a.eval_session_pick)
-            res = evaluate.cached(policy, f"{stage} seed {seed}", f"{stage}-{seed}",
-                                  grounding=seed in a.grounding_seeds)
-            curve_rows = make_curve(folder, sft_res, res, points, evaluate.curve_keys(), steps[stage])
-            rows.append(row(stage, seed, res, evaluate.users, timings[f"{stage}/{seed}"], curve_rows,
-                            rl_signal(folder), rollout_actions(folder), a.alpha(stage), a.attribution(stage),
-                            changed, time_split(folder), a.credit(stage), vs_expert(res), machine.read(folder)))
-            if not a.report_only:  # a report ships nothing new
-                ship_best(a, work, rows, argv)
-            publish()
+    for seed, stage, selected in stage_runs(a, work):
+        folder = work / f"seed{seed}" / stage
+        if (a.report_only or not selected) and not _finished(evaluate, folder, f"{stage}-{seed}"):
+            partial = run_progress(folder, stage, seed, sft_res, evaluate.curve_keys(), steps[stage],
+                                   a.eval_session_pick)
+            if partial:
+                progress.append(partial)
+            continue
+        curve = CurveCallback(evaluate, a.curve_every, f"{stage} seed {seed}",
+                              folder / "curve_points.partial.json")
+        t = time.perf_counter()
+        elsewhere = _trained_elsewhere(folder)
+        policy = None if elsewhere else train_rl(a, stage, seed, sft_policy, folder, curve)
+        timings.setdefault(f"{stage}/{seed}", _train_seconds(folder, time.perf_counter() - t))
+        points = same_pick(cached_json(folder / "curve_points.json", lambda c=curve: c.points), a.eval_session_pick)
+        res = evaluate.cached(policy, f"{stage} seed {seed}", f"{stage}-{seed}",
+                              grounding=seed in a.grounding_seeds)
+        curve_rows = make_curve(folder, sft_res, res, points, evaluate.curve_keys(), steps[stage])
+        rows.append(row(stage, seed, res, evaluate.users, timings[f"{stage}/{seed}"], curve_rows,
+                        rl_signal(folder), rollout_actions(folder), a.alpha(stage), a.attribution(stage),
+                        changed, time_split(folder), a.credit(stage), vs_expert(res), machine.read(folder)))
+        if not a.report_only:  # a report ships nothing new
+            ship_best(a, work, rows, argv)
+        publish()
     if progress:
         publish()
     return rows

@@ -141,7 +141,8 @@ class LadderArgs:
                 "from it."})
     rl_stages: list[str] = field(default_factory=lambda: ["adrpo", "grpo", "adrpo_retrieval"], metadata={
         "help": "RL stages each seed runs, of adrpo (alpha 4, evidence attribution), grpo (alpha 1) and "
-                "adrpo_retrieval (alpha 4, the published retrieval attribution); an ablation runs one."})
+                "adrpo_retrieval (alpha 4, the published retrieval attribution); an ablation runs one. Runs the work "
+                "folder already holds outside this selection are reported, not trained."})
     stage_seeds: str = field(default_factory=lambda: {"adrpo_retrieval": [0]}, metadata={
         "help": "Per RL stage, the seeds it runs when fewer than `seeds` (e.g. {adrpo_retrieval: [0]}); a stage not "
                 "named runs every seed. Seeds can be added to a finished ladder: each (stage, seed) is its own run."})
