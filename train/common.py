@@ -172,15 +172,28 @@ def session_periods(ep: Episode) -> list[int]:
     return [int(s.meta.get("period", 0) or 0) for s in ep.conversation.sessions]
 
 
+def first_period_keep(periods: list[int], keep: list[int], n: int) -> list[int]:
+    """``keep`` and the first ``n`` sessions of the earliest period, in order. Those sessions bring the
+    user's facts into a memory that is still filling up, so the expert ADDs there; a pick spread over
+    every period takes two of a world user's ten, and a policy trained on it edits where it should add."""
+    if n < 0:
+        raise ValueError(f"first_period must be at least 0, got {n}")
+    if not n or not periods:
+        return keep
+    first = [j for j, p in enumerate(periods) if p == min(periods)][:n]
+    return sorted(set(keep) | set(first))
+
+
 def expert_records(config: ConstructionConfig, users: list[int], limit: int | None = None,
-                   jsonl: str | None = None, pick: str = "first") -> list[dict[str, Any]]:
+                   jsonl: str | None = None, pick: str = "first", first_period: int = 0) -> list[dict[str, Any]]:
     """The expert's (the world oracle's) trajectory for each chosen user: per session the
     observation on the expert's own memory and the four outputs, keyed as the env's scorer keys them;
-    ``limit`` sessions of each user, picked as ``SessionScorer`` picks them (``pick``)."""
+    ``limit`` sessions of each user, picked as ``SessionScorer`` picks them (``pick``), and besides
+    them the user's first ``first_period`` sessions of its first period (``first_period_keep``)."""
     cache = EmbeddingCache(load_embedder(config.embedder))
     records = []
     for ep in chosen_episodes(config, users):
-        keep = pick_sessions(session_periods(ep), limit, pick)
+        keep = first_period_keep(session_periods(ep), pick_sessions(session_periods(ep), limit, pick), first_period)
         snapshots = expert_snapshots(ep, cache, max(keep) + 1 if keep else 0)
         for j in keep:
             bank, s = snapshots[j], ep.conversation.sessions[j]

@@ -60,6 +60,9 @@ class SFTScriptArgs(EnvArgs, BenchmarkEvalArgs):
     drop_unseen_quotes: bool = field(default=False, metadata={
         "help": "Leave out rows whose expert output edits an entry the cut prompt does not show (it would teach "
                 "the policy to invent what it edits)."})
+    first_period_sessions: int = field(default=0, metadata={
+        "help": "Oracle expert: besides the max_sessions_per_user picked, take each user's first N sessions of its "
+                "first period, where the expert ADDs the user's facts to a memory still filling up (0: none)."})
     empty_memory_repeats: int = field(default=1, metadata={
         "help": "Take the rows of each session that starts from an empty memory (a user's first) this many times."})
 
@@ -70,7 +73,10 @@ def sft_records(args: SFTScriptArgs):
         if args.conversations:
             raise SystemExit("the oracle expert only knows world users; give an LLM expert for `conversations`")
         return expert_records(config, parse_users(args.users), args.max_sessions_per_user, args.trajectories_jsonl,
-                              pick=args.session_pick)
+                              pick=args.session_pick, first_period=args.first_period_sessions)
+    if args.first_period_sessions:
+        raise SystemExit(f"first_period_sessions needs the oracle expert; an LLM expert ({args.expert}) writes the first "
+                         "max_sessions_per_user sessions in order")
     if args.session_pick != "first":  # an LLM expert writes its memory session after session, from the first
         raise SystemExit(f"session_pick {args.session_pick!r} needs the oracle expert; an LLM expert ({args.expert}) "
                          "writes the first max_sessions_per_user sessions in order (session_pick: first)")

@@ -174,6 +174,10 @@ def test_the_curve_scores_sessions_spread_over_users_unless_a_folder_took_the_fi
     once = work_settings(parse_args([*argv, "--set", "stages.sft.overrides.empty_memory_repeats=1"]))
     assert "stages.sft.overrides.empty_memory_repeats" not in once  # naming the script's default changes nothing
     assert work_settings(parse_args(argv))["stages.sft.overrides.empty_memory_repeats"] == 4
+    none_added = work_settings(parse_args([*argv, "--set", "stages.sft.overrides.first_period_sessions=0"]))
+    assert none_added == work_settings(parse_args(argv))
+    assert work_settings(parse_args([*argv, "--set", "stages.sft.overrides.first_period_sessions=6"]))[
+        "stages.sft.overrides.first_period_sessions"] == 6
     assert rl_only("curve_pick")
 
 

@@ -269,3 +269,32 @@ def test_end_of_turn_is_trained_although_smollm2_pads_with_it(tmp_path):
     for ids, labels, row in zip(batch["input_ids"].tolist(), batch["labels"].tolist(), rows, strict=True):
         trained = tok.decode([i for i, lab in zip(ids, labels) if lab != -100])
         assert trained == row["messages"][-1]["content"] + "<|im_end|>"
+
+
+def test_first_period_sessions_add_the_sessions_that_fill_memory_to_a_spread_pick():
+    """A pick spread over every period takes a user's first two sessions of period 0, where the expert ADDs,
+    and then sessions of change, where it edits; a policy trained on it UPDATEs a memory that holds nothing.
+    ``first_period`` adds each user's first N sessions of period 0, and their rows are mostly ADDs."""
+    from train.common import first_period_keep, session_periods
+
+    periods = [0, 0, 0, 0, 1, 1, 2, 2]
+    assert first_period_keep(periods, [0, 4, 6], 3) == [0, 1, 2, 4, 6]
+    assert first_period_keep(periods, [0, 4, 6], 0) == [0, 4, 6]
+    assert first_period_keep(periods, [0, 1, 4], 10) == [0, 1, 2, 3, 4]  # no more than period 0 holds
+    assert first_period_keep([2, 2, 3], [2], 1) == [0, 2]  # the earliest period, whatever its number
+    with pytest.raises(ValueError, match="first_period"):
+        first_period_keep(periods, [0], -1)
+
+    spread = expert_records(CONFIG, [0, 1], limit=3, pick="every_period")
+    more = expert_records(CONFIG, [0, 1], limit=3, pick="every_period", first_period=3)
+    ep = load_episodes(CONFIG)[0]
+    first_three = [f"{ep.conversation.id}/{s.id}" for s, p in zip(ep.conversation.sessions, session_periods(ep))
+                   if p == 0][:3]
+    keys = [r["key"] for r in more]
+    assert set(first_three) <= set(keys) and not set(first_three) <= {r["key"] for r in spread}
+    assert {r["key"] for r in spread} < set(keys)
+    same = {r["key"]: r for r in spread}
+    assert all(r == same[r["key"]] for r in more if r["key"] in same)  # the spread pick's records are unchanged
+    added = [r for r in more if r["key"] not in same]
+    ops = [type(op).__name__ for r in added for op in parse("semantic", r["outputs"]["semantic"]).ops]
+    assert ops and ops.count("Add") > len(ops) / 2

@@ -30,7 +30,7 @@ FREE_FIELDS = ("save_steps",)  # of any stage: how often it checkpoints
 ADDED_SETTINGS = {"vllm_kv_cache_gb": 2, "ops_schema": 1, "curve_pick": "first"}
 # Stage overrides that set a field to the value its script takes without them: a folder made before the override
 # existed and one that names it trained alike, so neither side of a comparison keeps it.
-NO_OP_OVERRIDES = {"stages.sft.overrides.empty_memory_repeats": 1}
+NO_OP_OVERRIDES = {"stages.sft.overrides.empty_memory_repeats": 1, "stages.sft.overrides.first_period_sessions": 0}
 
 
 def _without_no_ops(settings: dict[str, Any]) -> dict[str, Any]:
