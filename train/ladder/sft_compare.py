@@ -56,7 +56,7 @@ def sft_side(work: Path, engine: str) -> dict[str, Any]:
         g = _load(grounding)
         side["conv26"] = {"windows": g["outputs"], "valid_rate": g["valid_rate"], "entries": g["all"]["entries"],
                           "grounded_rate": g["all"]["grounded_rate"],
-                          "dialogue_rate": (g.get("dialogue") or {}).get("grounded_rate")}
+                          "dialogue_rate": (g.get("dialogue") or {}).get("grounded_rate"), "invalid": g.get("invalid")}
     return side
 
 
@@ -109,6 +109,8 @@ def lines(first: dict[str, Any], second: dict[str, Any], result: dict[str, Any])
                        for a in AGENTS) + f" % C/E/S/P; {c['entries']} entries, grounded {c['grounded_rate']:.2f}"
                        + (f", in the dialogue alone {c['dialogue_rate']:.2f}" if c.get("dialogue_rate") is not None
                           else ""))
+            if why := invalid_phrases(c.get("invalid")):
+                out.append(f"  conv-26 invalid: {'; '.join(why)}")
     if result.get("not_paired"):
         return [*out, "not paired: the folders' held-out sessions differ (" + "; ".join(result["not_paired"]) + ")"]
     d = result["reward_second_minus_first"]
