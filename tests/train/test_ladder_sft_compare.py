@@ -31,6 +31,8 @@ def test_an_sft_against_itself_pairs_to_zero_and_names_why_outputs_were_invalid(
     assert first["invalid"]["semantic"]["outputs"] == 8
     assert "UPDATE needs 'new_memory'" in first["invalid"]["semantic"]["reasons"][0]["reason"]
     assert first["conv26"]["windows"] == 137 and first["machine"]["amx"] is True
+    assert out["interactive_second_minus_first"]["mean"] == 0 and out["interactive_second_minus_first"]["n"] == 60
+    assert first["interactive"]["memory_accuracy"] == pytest.approx(26 / 60)  # the told README's 0.43 of 60
     md = (tmp_path / "same.md").read_text(encoding="utf-8")
     assert "+0.000" in md and "conv-26 (137 windows)" in md
     assert json.loads((tmp_path / "same.json").read_text(encoding="utf-8"))["shared_sessions"] == 96

@@ -51,6 +51,11 @@ def sft_side(work: Path, engine: str) -> dict[str, Any]:
                       for a, v in valid.items()},
             "session_valid": valid, "invalid": {a: invalid[a].to_dict() for a in AGENTS},
             "machine": json.loads(machine.read_text(encoding="utf-8"))[-1] if machine.exists() else None}
+    memory = work / "eval" / f"sft-memory.{engine}.json"
+    if memory.exists():
+        m = _load(memory)
+        side["interactive"] = {k: m.get(k) for k in ("memory_accuracy", "memory_accuracy_ci", "memory_questions",
+                                                     "memory_upper_bound", "memory_random", "memory_correct")}
     grounding = work / "eval" / f"sft-grounding.{engine}.json"
     if grounding.exists():
         g = _load(grounding)
@@ -81,8 +86,11 @@ def compare(first: dict[str, Any], second: dict[str, Any], differences: list[str
     flips = {a: {"to_valid": sum(not first["session_valid"][a][k] and second["session_valid"][a][k] for k in shared),
                  "to_invalid": sum(first["session_valid"][a][k] and not second["session_valid"][a][k] for k in shared)}
              for a in AGENTS}
+    asked = [(s.get("interactive") or {}).get("memory_correct") for s in (first, second)]
+    q = paired_difference(*asked) if all(asked) else None
     return {"reward_second_minus_first": None if d is None else {**d, "reads": against_zero(d["ci"])},
-            "valid_flips": flips, "shared_sessions": len(shared)}
+            "valid_flips": flips, "shared_sessions": len(shared),
+            "interactive_second_minus_first": None if q is None else {**q, "reads": against_zero(q["ci"])}}
 
 
 def _ci(ci) -> str:
@@ -111,11 +119,17 @@ def lines(first: dict[str, Any], second: dict[str, Any], result: dict[str, Any])
                           else ""))
             if why := invalid_phrases(c.get("invalid")):
                 out.append(f"  conv-26 invalid: {'; '.join(why)}")
+        if i := s.get("interactive"):
+            out.append(f"  interactive: accuracy {i['memory_accuracy']:.2f} {_ci(i['memory_accuracy_ci'])} of "
+                       f"{i['memory_questions']} questions (upper bound {i['memory_upper_bound']:.2f}, chance "
+                       f"{i['memory_random']:.2f}; the bound is the answerer's, so it moves with the machine)")
     if result.get("not_paired"):
         return [*out, "not paired: the folders' held-out sessions differ (" + "; ".join(result["not_paired"]) + ")"]
     d = result["reward_second_minus_first"]
     out.append("second - first, paired: " + (f"{d['mean']:+.3f} {_ci(d['ci'])} over {d['n']} sessions ({d['reads']})"
                                              if d else "no shared sessions"))
+    if q := result.get("interactive_second_minus_first"):
+        out.append(f"interactive, paired by question: {q['mean']:+.3f} {_ci(q['ci'])} over {q['n']} ({q['reads']})")
     out.append("sessions turned valid / invalid: " + ", ".join(
         f"{a} +{f['to_valid']}/-{f['to_invalid']}" for a, f in result["valid_flips"].items()))
     return out
