@@ -206,3 +206,18 @@ def test_the_report_writes_the_pooled_summary_beside_the_rows(tmp_path):
     # the old rows of an earlier ladder report as well
     report.write_results(a, _rows(new_fields=False), 1.0, [], {})
     assert json.loads(paths["summary"].read_text())["stages"]["grpo"]["gain"] is None
+
+
+def test_only_make_ladders_own_command_is_called_what_make_ladder_runs():
+    """A report names its command and said of every one that `make ladder` runs it, the told world's
+    and the SFT ablations' too; only the Makefile's own command, output options aside, is that."""
+    from pathlib import Path
+
+    make = Path("Makefile").read_text(encoding="utf-8")
+    assert f"-m {report.MAKE_LADDER.split(' -m ', 1)[1]}\n" in make
+    plain = report.recipe_command(["--config", "configs/train/ladder_smollm2_cpu.yaml", "--work_dir", "w",
+                                   "--results_dir=r", "--adapter_out", "null"])
+    assert plain == report.MAKE_LADDER
+    told = report.recipe_command(["--config", "configs/train/ladder_smollm2_cpu.yaml", "--env_config",
+                                  "configs/env/construction_cpu_change_told.yaml", "--work_dir", "w"])
+    assert told != report.MAKE_LADDER

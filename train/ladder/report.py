@@ -378,6 +378,11 @@ def _vllm_version() -> str:
     return ""
 
 
+# `make ladder`'s command as recipe_command renders it; a report of any other command does not claim to be it
+MAKE_LADDER = "python -m train.ladder --config configs/train/ladder_smollm2_cpu.yaml"
+MAKE_LADDER_NOTE = " (what `make ladder` runs)"
+
+
 def recipe_command(argv: list[str]) -> str:
     """``python -m train.ladder`` with ``argv`` less the output options (``--name value`` or ``--name=value``)."""
     kept, skip = [], False
@@ -422,7 +427,8 @@ def write_results(a, rows: list[dict[str, Any]], seconds: float, argv: list[str]
     cmd = recipe_command(argv)
     compute = sum(timings.values()) + sum((r.get(k) or 0) for r in rows for k in ("eval_seconds", "memory_score_seconds"))
     md = [f"# Training ladder ({a.model_name_or_path}, CPU)", "",
-          f"Command: `{cmd}` (what `make ladder` runs). Training and evaluation time summed over the stages so "
+          f"Command: `{cmd}`{MAKE_LADDER_NOTE if cmd == MAKE_LADDER else ''}. Training and evaluation time summed "
+          f"over the stages so "
           f"far: {compute / 60:.1f} min on {os.cpu_count()} CPU cores, {platform.platform()}; torch "
           f"{torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}.", "",
           f"Held-out: {rows[0]['held_out_sessions'] if rows else 0} sessions of users {a.held_out_users} of the world "
