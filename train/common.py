@@ -193,7 +193,8 @@ def expert_records(config: ConstructionConfig, users: list[int], limit: int | No
     cache = EmbeddingCache(load_embedder(config.embedder))
     records = []
     for ep in chosen_episodes(config, users):
-        keep = first_period_keep(session_periods(ep), pick_sessions(session_periods(ep), limit, pick), first_period)
+        periods = session_periods(ep)
+        keep = first_period_keep(periods, pick_sessions(periods, limit, pick), first_period)
         snapshots = expert_snapshots(ep, cache, max(keep) + 1 if keep else 0)
         for j in keep:
             bank, s = snapshots[j], ep.conversation.sessions[j]

@@ -31,6 +31,7 @@ def test_an_sft_against_itself_pairs_to_zero_and_names_why_outputs_were_invalid(
     assert first["invalid"]["semantic"]["outputs"] == 8
     assert "UPDATE needs 'new_memory'" in first["invalid"]["semantic"]["reasons"][0]["reason"]
     assert first["conv26"]["windows"] == 137 and first["machine"]["amx"] is True
+    assert first["conv26"]["dialogue_rate"] == pytest.approx(134 / 135)  # the dialogue-alone reading, not None
     assert out["interactive_second_minus_first"]["mean"] == 0 and out["interactive_second_minus_first"]["n"] == 60
     assert first["interactive"]["memory_accuracy"] == pytest.approx(26 / 60)  # the told README's 0.43 of 60
     md = (tmp_path / "same.md").read_text(encoding="utf-8")

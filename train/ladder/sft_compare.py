@@ -22,6 +22,7 @@ from typing import Any
 from membuilder.memory.ops import AGENTS, parse
 from membuilder.plumbing.stats import against_zero, bootstrap_ci, paired_difference, wilson
 from memgym_env.benchmarks.grounding import InvalidOutputs, invalid_phrases
+from train.ladder import machine
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -36,21 +37,22 @@ def sft_side(work: Path, engine: str) -> dict[str, Any]:
     held = _load(work / "eval" / f"sft.{engine}.json")
     keys = held["session_keys"]
     rewards = dict(zip(keys, held["session_rewards"]["evidence"], strict=True))
-    valid = {a: {k: parse(a, held["outputs"][k][a]).valid for k in keys} for a in AGENTS}
+    valid = {a: {} for a in AGENTS}
     invalid = {a: InvalidOutputs() for a in AGENTS}
     for k in keys:
         for a in AGENTS:
             p = parse(a, held["outputs"][k][a])
+            valid[a][k] = p.valid
             if not p.valid:
                 invalid[a].add(p.errors, held["outputs"][k][a])
-    machine = work / "sft" / "machine.json"
+    sittings = machine.read(work / "sft")
     side = {"work": str(work), "sessions": len(keys), "reward": sum(rewards.values()) / len(keys),
             "reward_ci": bootstrap_ci(list(rewards.values())), "session_rewards": rewards,
             "period_0": held.get("per_period", {}).get("evidence", {}).get("0"),
             "valid": {a: {"k": sum(v.values()), "n": len(v), "ci": wilson(sum(v.values()), len(v))}
                       for a, v in valid.items()},
             "session_valid": valid, "invalid": {a: invalid[a].to_dict() for a in AGENTS},
-            "machine": json.loads(machine.read_text(encoding="utf-8"))[-1] if machine.exists() else None}
+            "machine": sittings[-1] if sittings else None}
     memory = work / "eval" / f"sft-memory.{engine}.json"
     if memory.exists():
         m = _load(memory)
@@ -61,7 +63,7 @@ def sft_side(work: Path, engine: str) -> dict[str, Any]:
         g = _load(grounding)
         side["conv26"] = {"windows": g["outputs"], "valid_rate": g["valid_rate"], "entries": g["all"]["entries"],
                           "grounded_rate": g["all"]["grounded_rate"],
-                          "dialogue_rate": (g.get("dialogue") or {}).get("grounded_rate"), "invalid": g.get("invalid")}
+                          "dialogue_rate": ((g.get("dialogue") or {}).get("all") or {}).get("grounded_rate"), "invalid": g.get("invalid")}
     return side
 
 
