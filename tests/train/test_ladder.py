@@ -103,6 +103,8 @@ def test_ladder_writes_every_stage_with_intervals_curves_and_resumes(tiny_path, 
         assert r["grounding"]["all"]["entries"] >= r["grounding"]["all"]["grounded"] >= 0
         # every trained stage names the machine it trained on
         assert (r["machines"] is None) == (r["stage"] == "base")
+        # and every evaluation made here names this machine, where the interactive figures depend on it
+        assert r["evaluated_on"]["held_out"] == r["evaluated_on"]["interactive"] == machine.evaluating()
         assert r["memory_questions"] > 0 and 0.0 <= r["memory_accuracy"] <= 1.0 and r["memory_upper_bound"] is not None
         # every question's outcome, so two stages pair question by question
         assert len(r["memory_correct"]) == r["memory_questions"]

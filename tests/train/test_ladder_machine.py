@@ -44,3 +44,14 @@ def test_a_sitting_is_recorded_once_per_machine_change(tmp_path):
 ])
 def test_cpu_names_lose_trademarks_and_filler(name, short):
     assert machine.short_cpu(name) == short
+
+
+def test_an_evaluation_records_the_cpu_and_comparisons_know_when_two_machines_differ():
+    here = machine.evaluating()
+    assert set(here) == {"cpu", "amx", "avx512_bf16", "cores"} and here["cpu"] == machine.cpu_name()
+    amd = {"cpu": "AMD EPYC 9R14 96-Core Processor", "amx": False, "avx512_bf16": True, "cores": 2}
+    xeon = {"cpu": "Intel(R) Xeon(R) Processor", "amx": True, "avx512_bf16": True, "cores": 2}
+    assert machine.same_machine(amd, {**amd, "cores": 16}) is True  # cores change speed, not the outputs' kernels
+    assert machine.same_machine(amd, xeon) is False and machine.same_machine(amd, None) is None
+    assert machine.label(xeon) == "Intel Xeon (AMX)" and machine.label(amd) == "AMD EPYC 9R14 96-Core (no AMX)"
+    assert machine.label(None) == "not recorded"

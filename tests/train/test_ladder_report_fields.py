@@ -76,6 +76,9 @@ AMD = {"cpu": "AMD EPYC 9R14 96-Core Processor", "amx": False, "avx512_bf16": Tr
        "base_dtype": "float32"}
 XEON = {"cpu": "Intel(R) Xeon(R) Processor", "amx": True, "avx512_bf16": True, "cores": 2, "torch": "2.13.0",
         "base_dtype": "bfloat16"}
+# where an evaluation ran (train.ladder.machine.evaluating): no torch or dtype, the engine's is in the cache
+AMD_EVAL = {k: AMD[k] for k in ("cpu", "amx", "avx512_bf16", "cores")}
+XEON_EVAL = {k: XEON[k] for k in ("cpu", "amx", "avx512_bf16", "cores")}
 
 
 def _row(stage, seed, shift=0.0, new_fields=True):
@@ -124,6 +127,10 @@ def _row(stage, seed, shift=0.0, new_fields=True):
         "train_signal": _signal() if rl else None,
         # SFT trained before machines were recorded; ADRPO seed 1 over two sittings on two machines
         "machines": None if stage == "sft" else [AMD, *([XEON] if (stage, seed) == ("adrpo", 1) else [])],
+        # base's caches predate the record; GRPO seed 1 evaluated on the AMD machine, its conv-26 writes on the Xeon
+        "evaluated_on": None if stage == "base" else (
+            {"held_out": AMD_EVAL, "interactive": AMD_EVAL, "conv26": XEON_EVAL} if (stage, seed) == ("grpo", 1)
+            else dict.fromkeys(("held_out", "interactive", "conv26"), XEON_EVAL)),
     }
 
 
@@ -173,6 +180,14 @@ def test_each_per_stage_table_reads_its_fields_within_80_columns():
     machines = stage_tables.machine_table(rows)
     assert "| sft | 0 | not recorded | - | - | - |" in machines and "\n| base |" not in machines
     assert "| adrpo | 1 | AMD EPYC 9R14 96-Core | AVX512-BF16 | 2 | float32 |\n| adrpo | 1 | Intel Xeon | AMX | 2 | bfloat16 |" in machines
+    # where each evaluation ran, one line per machine; an interactive comparison across machines says so
+    evaluated = stage_tables.evaluation_machine_table(rows)
+    assert "| base | 0 | not recorded | - | - |" in evaluated and "| sft | 0 | Intel Xeon | AMX | all |" in evaluated
+    assert ("| grpo | 1 | AMD EPYC 9R14 96-Core | AVX512-BF16 | held-out, interactive |\n"
+            "| grpo | 1 | Intel Xeon | AMX | conv-26 |") in evaluated
+    assert ("- grpo seed 1 minus SFT, the same 40 questions: +0.250 [+0.125, +0.375] (above); evaluated on different "
+            "machines (Intel Xeon (AMX), AMD EPYC 9R14 96-Core (no AMX)), which alone can move this figure") in memory
+    assert "(zero inside); evaluated" not in memory and "base seed 0 minus SFT" in memory  # base: not recorded
     dominant = stage_tables.dominant_table(rows)
     assert "| adrpo_retrieval | 0 | retrieval | 0% | 60% | 40% | 0% | 0% |" in dominant
     assert "| base |" not in dominant

@@ -60,3 +60,28 @@ def test_folders_of_different_worlds_are_not_paired(tmp_path, capsys):
 def test_a_folder_without_an_sft_evaluation_is_named(tmp_path):
     with pytest.raises(SystemExit, match="cannot read an SFT evaluation"):
         main([str(TOLD), str(tmp_path)])
+
+
+TOLD_AMD = Path("results/ladder-told-amd/work")
+
+
+def test_interactive_figures_compared_across_machines_say_so(tmp_path, capsys):
+    # the told recipe trained and evaluated on an AMX Xeon and again on an AMD EPYC: the held-out reward pairs to
+    # about zero, the interactive accuracy does not, and the comparison names the two machines
+    out = main([str(TOLD), str(TOLD_AMD)])
+    assert out["reward_second_minus_first"]["ci"][0] < 0 < out["reward_second_minus_first"]["ci"][1]
+    assert out["interactive_second_minus_first"]["ci"][0] > 0
+    text = capsys.readouterr().out
+    assert ("(above); trained on different machines (Intel Xeon (AMX), AMD EPYC (no AMX)) and evaluated where not "
+            "recorded") in text and "conv-26: trained on different machines" in text
+    main([str(TOLD_AMD), str(TOLD_AMD)])  # one machine: no note
+    assert "different machines" not in capsys.readouterr().out
+    # caches that record where they ran are read before the training sittings (both trained on the AMD machine)
+    xeon = {"cpu": "Intel(R) Xeon(R) Processor", "amx": True, "avx512_bf16": True, "cores": 2}
+    for name, where in (("a", {**xeon, "cpu": "AMD EPYC", "amx": False}), ("b", xeon)):
+        _copy_sft(TOLD_AMD, tmp_path / name)
+        memory = json.loads((TOLD_AMD / "eval" / "sft-memory.vllm.json").read_text(encoding="utf-8"))
+        (tmp_path / name / "eval" / "sft-memory.vllm.json").write_text(json.dumps({**memory, "evaluated_on": where}),
+                                                                        encoding="utf-8")
+    main([str(tmp_path / "a"), str(tmp_path / "b")])
+    assert "evaluated on different machines (AMD EPYC (no AMX), Intel Xeon (AMX))" in capsys.readouterr().out

@@ -47,6 +47,7 @@ from memgym_env.world.config import load_config
 from memgym_env.world.data_json import read_world, write_world
 from memgym_env.world.offline import generate_world
 from train.common import chosen_episodes, load_policy, parse_users, session_periods
+from train.ladder import machine
 from train.ladder.settings import ENGINE_CONTEXT, LadderArgs
 
 
@@ -128,8 +129,8 @@ class Evaluator:
         made_of = policy_weights(policy) if here else None
 
         def made(what: str, make):
-            if here:
-                return lambda: {**make(), "policy_weights": made_of}
+            if here:  # where it ran: the interactive and conv-26 figures move with the machine (train.ladder.machine)
+                return lambda: {**make(), "policy_weights": made_of, "evaluated_on": machine.evaluating()}
 
             def missing():
                 raise FileNotFoundError(
@@ -166,7 +167,9 @@ class Evaluator:
         if grounding.get("writes") and (filled := self.with_unsaid(grounding)) is not grounding:
             grounding = filled
             write_json(path, grounding)
-        return {**res, **memory, "real_grounding": grounding if grounding.get("all") else None}
+        return {**res, **memory, "real_grounding": grounding if grounding.get("all") else None,
+                "evaluated_on": {"held_out": res.get("evaluated_on"), "interactive": memory.get("evaluated_on"),
+                                 "conv26": grounding.get("evaluated_on")}}
 
     def with_unsaid(self, grounding: dict[str, Any]) -> dict[str, Any]:
         """conv-26 writes cached before each entry recorded its capitalised words never said, with them filled in

@@ -247,6 +247,8 @@ def row(stage: str, seed: int, res: dict[str, Any], users: list[str], seconds: f
             # every entry written stays in the stage's cache (eval/<stage>-grounding.*.json), not in each row
             "real_grounding": _real_grounding(res.get("real_grounding")),
             "machines": machines or None,
+            # where each evaluation ran, None for one cached before evaluations recorded it
+            "evaluated_on": _evaluated_on(res),
             **{k: res.get(k) for k in MEMORY_FIELDS},
             # per held-out session, so two stages can be compared session by session (a paired bootstrap)
             "session_reward_evidence": dict(zip(res["session_keys"], res["session_rewards"]["evidence"], strict=True)),
@@ -273,6 +275,11 @@ def learnable(res: dict[str, Any]) -> dict[str, Any]:
             "gain_evidence": res["gain"]["evidence"], "gain_evidence_ci": bootstrap_ci(gains),
             "oracle_gain_evidence": res["oracle_gain"]["evidence"],
             "per_period_evidence": (res.get("per_period") or {}).get("evidence")}
+
+
+def _evaluated_on(res: dict[str, Any]) -> dict[str, Any] | None:
+    where = res.get("evaluated_on") or {}
+    return where if any(where.values()) else None
 
 
 def _real_grounding(g: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -9,7 +9,8 @@ writes (``eval/sft-grounding.<engine>.json``). Reports per SFT the reward with i
 valid share with a Wilson interval and the commonest reasons for the invalid outputs; paired over the shared
 sessions, the reward difference (second minus first) and per agent how many sessions turned valid and how many
 invalid. The two stages' machines are named: bf16 kernels differ between CPUs, so stages trained on different
-machines differ a little even under one recipe.
+machines differ a little even under one recipe, and evaluated on different machines their interactive and
+conv-26 figures differ much (train.ladder.machine); a comparison made across machines says so.
 """
 
 from __future__ import annotations
@@ -57,13 +58,15 @@ def sft_side(work: Path, engine: str) -> dict[str, Any]:
     if memory.exists():
         m = _load(memory)
         side["interactive"] = {k: m.get(k) for k in ("memory_accuracy", "memory_accuracy_ci", "memory_questions",
-                                                     "memory_upper_bound", "memory_random", "memory_correct")}
+                                                     "memory_upper_bound", "memory_random", "memory_correct",
+                                                     "evaluated_on")}
     grounding = work / "eval" / f"sft-grounding.{engine}.json"
     if grounding.exists():
         g = _load(grounding)
         side["conv26"] = {"windows": g["outputs"], "valid_rate": g["valid_rate"], "entries": g["all"]["entries"],
                           "grounded_rate": g["all"]["grounded_rate"],
-                          "dialogue_rate": ((g.get("dialogue") or {}).get("all") or {}).get("grounded_rate"), "invalid": g.get("invalid")}
+                          "dialogue_rate": ((g.get("dialogue") or {}).get("all") or {}).get("grounded_rate"), "invalid": g.get("invalid"),
+                          "evaluated_on": g.get("evaluated_on")}
     return side
 
 
@@ -104,6 +107,20 @@ def _machine(side: dict[str, Any]) -> str:
     return f"{m.get('cpu', '?')} ({'AMX' if m.get('amx') else 'no AMX'}), base {m.get('base_dtype', '?')}"
 
 
+def across(first: dict[str, Any], second: dict[str, Any], part: str) -> str:
+    """A note on comparing the two sides' ``part`` ("interactive", "conv26") where they ran on different machines,
+    as the caches record it or, before they did, as the stages' training sittings suggest."""
+    a, b = (first.get(part) or {}).get("evaluated_on"), (second.get(part) or {}).get("evaluated_on")
+    if machine.same_machine(a, b) is False:
+        return (f"; evaluated on different machines ({machine.label(a)}, {machine.label(b)}), which alone can move "
+                "this figure")
+    if machine.same_machine(a, b) is None and machine.same_machine(first.get("machine"), second.get("machine")) is False:
+        return (f"; trained on different machines ({machine.label(first.get('machine'))}, "
+                f"{machine.label(second.get('machine'))}) and evaluated where not recorded: the machine alone can "
+                "move this figure")
+    return ""
+
+
 def lines(first: dict[str, Any], second: dict[str, Any], result: dict[str, Any]) -> list[str]:
     out = []
     for name, s in (("first", first), ("second", second)):
@@ -131,7 +148,10 @@ def lines(first: dict[str, Any], second: dict[str, Any], result: dict[str, Any])
     out.append("second - first, paired: " + (f"{d['mean']:+.3f} {_ci(d['ci'])} over {d['n']} sessions ({d['reads']})"
                                              if d else "no shared sessions"))
     if q := result.get("interactive_second_minus_first"):
-        out.append(f"interactive, paired by question: {q['mean']:+.3f} {_ci(q['ci'])} over {q['n']} ({q['reads']})")
+        out.append(f"interactive, paired by question: {q['mean']:+.3f} {_ci(q['ci'])} over {q['n']} ({q['reads']})"
+                   + across(first, second, "interactive"))
+    if first.get("conv26") and second.get("conv26") and (note := across(first, second, "conv26")):
+        out.append("conv-26" + note.replace("; ", ": ", 1))
     out.append("sessions turned valid / invalid: " + ", ".join(
         f"{a} +{f['to_valid']}/-{f['to_invalid']}" for a, f in result["valid_flips"].items()))
     return out

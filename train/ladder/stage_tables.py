@@ -4,12 +4,13 @@ fits 80 columns, so a log or a terminal shows every figure whole."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from membuilder.memory.ops import AGENTS
 from membuilder.plumbing import stats
 from memgym_env.benchmarks.grounding import invalid_phrases
-from train.ladder.machine import short_cpu
+from train.ladder.machine import label, same_machine, short_cpu
 from train.ladder.policy_actions import EDIT_NAMES
 from train.ladder.rl_signal import ATTRIBUTION_TYPES
 from train.ladder.settings import RL_STAGES
@@ -146,15 +147,52 @@ def memory_table(rows: list[dict[str, Any]]) -> str:
     if not body:
         return ""
     table = _md(["stage", "seed", "accuracy [95% CI]", "bound", "random", "qs", "score", "cells (low)"], body)
-    sft = next((r.get("memory_correct") for r in rows if r["stage"] == "sft"), None)
+    sft_row = next((r for r in rows if r["stage"] == "sft"), {})
+    sft = sft_row.get("memory_correct")
     paired = []
     for r in rows:  # the same questions answered from this stage's memory and from SFT's
         if sft and r.get("memory_correct") and r["stage"] != "sft":
             d = stats.paired_difference(sft, r["memory_correct"])
             paired.append(f"- {r['stage']} seed {r['seed']} minus SFT, the same {d['n']} questions: {d['mean']:+.3f} "
-                          f"[{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}] ({stats.against_zero(d['ci'])})")
+                          f"[{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}] ({stats.against_zero(d['ci'])})"
+                          + _across(sft_row, r, "interactive"))
     return table + ("\n\nAccuracy paired against SFT's (95% bootstrap over questions, which come from few users and "
                     "periods: narrower than the evidence):\n\n" + "\n".join(paired) if paired else "")
+
+
+def _where(r: dict[str, Any], part: str) -> dict[str, Any] | None:
+    return (r.get("evaluated_on") or {}).get(part)
+
+
+def _across(a: dict[str, Any], b: dict[str, Any], part: str) -> str:
+    """A note on a comparison of two stages' ``part`` evaluations made on different machines: the same recipe
+    evaluated on two CPUs answered +0.183 [0.067, 0.300] more interactive questions (train.ladder.machine)."""
+    if same_machine(_where(a, part), _where(b, part)) is not False:
+        return ""
+    return (f"; evaluated on different machines ({label(_where(a, part))}, {label(_where(b, part))}), which "
+            "alone can move this figure")
+
+
+EVALUATIONS = {"held_out": "held-out", "interactive": "interactive", "conv26": "conv-26"}
+
+
+def evaluation_machine_table(rows: list[dict[str, Any]]) -> str:
+    """Per row, the machines its evaluations ran on, one line per machine with the evaluations it made (``all``:
+    held-out, interactive and conv-26); left out when no evaluation recorded it."""
+    if not any(r.get("evaluated_on") for r in rows):
+        return ""
+    body = []
+    for r in rows:
+        groups: dict[str, tuple[dict[str, Any], list[str]]] = {}
+        for part, m in (r.get("evaluated_on") or {}).items():
+            if m:
+                groups.setdefault(json.dumps(m, sort_keys=True), (m, []))[1].append(EVALUATIONS[part])
+        if not groups:
+            body.append([r["stage"], str(r["seed"]), "not recorded", "-", "-"])
+        for m, parts in groups.values():
+            body.append([r["stage"], str(r["seed"]), short_cpu(m.get("cpu", "?")), _bf16(m),
+                         "all" if len(parts) == len(EVALUATIONS) else ", ".join(parts)])
+    return _md(["stage", "seed", "cpu", "bf16", "evaluations"], body)
 
 
 def time_table(rows: list[dict[str, Any]]) -> str:
@@ -174,6 +212,10 @@ def time_table(rows: list[dict[str, Any]]) -> str:
     return _md(["stage", "seed", "train", "generation", "scoring", "optimisation", "evaluation"], body) if body else ""
 
 
+def _bf16(m: dict[str, Any]) -> str:
+    return "AMX" if m.get("amx") else "AVX512-BF16" if m.get("avx512_bf16") else "none"
+
+
 def machine_table(rows: list[dict[str, Any]]) -> str:
     """Per trained row, the machine of each sitting (``train.ladder.machine``): CPU, its bf16 units, cores and
     the dtype of the policy's frozen base; a stage trained before machines were recorded says so."""
@@ -186,8 +228,7 @@ def machine_table(rows: list[dict[str, Any]]) -> str:
             if m is None:
                 body.append([r["stage"], str(r["seed"]), "not recorded", "-", "-", "-"])
                 continue
-            bf16 = "AMX" if m.get("amx") else "AVX512-BF16" if m.get("avx512_bf16") else "none"
-            body.append([r["stage"], str(r["seed"]), short_cpu(m.get("cpu", "?")), bf16, _count(m.get("cores")),
+            body.append([r["stage"], str(r["seed"]), short_cpu(m.get("cpu", "?")), _bf16(m), _count(m.get("cores")),
                          m.get("base_dtype") or "-"])
     return _md(["stage", "seed", "cpu", "bf16", "cores", "base"], body)
 
@@ -223,6 +264,9 @@ STAGE_TABLES = (
                  "(optimisation), and evaluation (held-out sessions and memory score):"),
     (machine_table, "Machines each stage trained on, one line per sitting (`bf16`: the CPU's bfloat16 units; "
                     "`base`: the dtype of the frozen base weights under LoRA, bfloat16 only with AMX):"),
+    (evaluation_machine_table, "Machines each stage was evaluated on: greedy decoding moves with the CPU, the "
+                               "interactive and conv-26 figures most, since each step there reads what earlier "
+                               "steps wrote (results/ladder-told-amd/README.md):"),
     (dominant_table, "Dominant memory type per step under each attribution rule (logged whichever rule sets "
                      "ADRPO's weights), share of rollouts averaged over steps:"),
 )
