@@ -37,22 +37,20 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def describe(base_dtype: str | None = None) -> dict[str, Any]:
-    """This machine as a stage's result depends on it: CPU, the bf16 instructions it has, its cores, torch,
-    and the dtype the policy's frozen base weights trained in."""
-    import torch
-
-    flags = cpu_flags()
-    return {"cpu": cpu_name(), "amx": "amx_bf16" in flags, "avx512_bf16": "avx512_bf16" in flags,
-            "cores": os.cpu_count(), "torch": torch.__version__, "base_dtype": base_dtype}
-
-
 def evaluating() -> dict[str, Any]:
     """This machine as an evaluation's greedy outputs depend on it: the CPU and its bf16 units (the engine's
     dtype is kept beside it in each cache)."""
     flags = cpu_flags()
     return {"cpu": cpu_name(), "amx": "amx_bf16" in flags, "avx512_bf16": "avx512_bf16" in flags,
             "cores": os.cpu_count()}
+
+
+def describe(base_dtype: str | None = None) -> dict[str, Any]:
+    """This machine as a stage's result depends on it: CPU, the bf16 instructions it has, its cores, torch,
+    and the dtype the policy's frozen base weights trained in."""
+    import torch
+
+    return {**evaluating(), "torch": torch.__version__, "base_dtype": base_dtype}
 
 
 def same_machine(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool | None:
