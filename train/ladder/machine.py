@@ -61,6 +61,14 @@ def same_machine(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool | N
     return all(a.get(k) == b.get(k) for k in ("cpu", "amx", "avx512_bf16"))
 
 
+def across(a: dict[str, Any] | None, b: dict[str, Any] | None) -> str:
+    """The note a comparison of two evaluations carries when they ran on different machines ("" otherwise, or
+    where either is not recorded)."""
+    if same_machine(a, b) is not False:
+        return ""
+    return f"; evaluated on different machines ({label(a)}, {label(b)}), which alone can move this figure"
+
+
 def base_dtype(model) -> str | None:
     """The dtype of the weights a LoRA run leaves frozen (all weights' dtype for a full fine-tune)."""
     frozen = [p.dtype for p in model.parameters() if not p.requires_grad] or [p.dtype for p in model.parameters()]

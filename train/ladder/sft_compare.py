@@ -111,9 +111,8 @@ def across(first: dict[str, Any], second: dict[str, Any], part: str) -> str:
     """A note on comparing the two sides' ``part`` ("interactive", "conv26") where they ran on different machines,
     as the caches record it or, before they did, as the stages' training sittings suggest."""
     a, b = (first.get(part) or {}).get("evaluated_on"), (second.get(part) or {}).get("evaluated_on")
-    if machine.same_machine(a, b) is False:
-        return (f"; evaluated on different machines ({machine.label(a)}, {machine.label(b)}), which alone can move "
-                "this figure")
+    if note := machine.across(a, b):
+        return note
     if machine.same_machine(a, b) is None and machine.same_machine(first.get("machine"), second.get("machine")) is False:
         return (f"; trained on different machines ({machine.label(first.get('machine'))}, "
                 f"{machine.label(second.get('machine'))}) and evaluated where not recorded: the machine alone can "
