@@ -15,6 +15,7 @@ read from elsewhere may lack it, and everything that uses it falls back to the v
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,6 +147,16 @@ class SessionRef:
     @property
     def id(self) -> str:
         return f"p{self.period}-s{self.index}"
+
+
+_SESSION_ID = re.compile(r"(?:^|/)p(\d+)-s\d+$")
+
+
+def session_id_period(key: str) -> int | None:
+    """The period a world session's id (``SessionRef.id``, alone or ending a ``<user>/<id>`` key) names;
+    None for a key of any other form, such as a benchmark's session."""
+    m = _SESSION_ID.search(key)
+    return int(m.group(1)) if m else None
 
 
 @dataclass

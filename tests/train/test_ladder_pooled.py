@@ -115,3 +115,33 @@ def test_rows_from_before_the_new_fields_still_pool_their_reward():
     assert list(s["differences"]) == ["ADRPO - SFT"] and [g["goal"] for g in s["goals"]] == ["ADRPO-evidence > SFT"]
     assert "| adrpo | 0, 1, 2 | 40 |" in pooled.stage_table(s) and pooled.stage_table(s).endswith("| - |")
     assert pooled.summary([])["stages"] == {}
+
+
+def test_rl_differences_are_read_on_either_side_of_period_0():
+    """An RL stage that loses a user's first sessions and gains on later ones pools to nothing: the split says which."""
+    rows = [_row("sft", 0, 0.0), *(_row("grpo", s, 0.0) for s in range(3))]
+    for r in rows[1:]:
+        r["session_reward_evidence"] = {k: v + (-0.3 if k.split("/p")[1].startswith("0-") else 0.1)
+                                        for k, v in r["session_reward_evidence"].items()}
+    s = pooled.summary(rows)
+    whole, first, later = (s["differences"]["GRPO - SFT"], s["by_period"]["period 0"]["GRPO - SFT"],
+                           s["by_period"]["later periods"]["GRPO - SFT"])
+    assert whole["n_sessions"] == 40 and first["n_sessions"] == 10 and later["n_sessions"] == 30
+    assert first["mean"] == pytest.approx(-0.3, abs=0.02) and first["reads"] == "below"
+    assert later["mean"] == pytest.approx(0.1, abs=0.02) and later["reads"] == "above"
+    assert "SFT - base" not in s["by_period"]["period 0"]
+    lines = pooled.period_lines(s)
+    assert lines[0].startswith("GRPO - SFT, period 0: -0.30") and "over 10 sessions (below)" in lines[0]
+    assert lines[1].startswith("GRPO - SFT, later periods: +0.10") and lines[1].endswith("over 30 sessions (above)")
+    # sessions that name no world period (a benchmark's) leave the split out rather than guess
+    other = [{**r, "session_reward_evidence": {f"conv-26/{k}": v for k, v in r["session_reward_evidence"].items()},
+              "session_noop_evidence": None} for r in rows]
+    for r in other:
+        r["session_reward_evidence"] = {k.replace("/p", "/x"): v for k, v in r["session_reward_evidence"].items()}
+    assert pooled.summary(other)["by_period"] == {} and pooled.period_lines(pooled.summary(other)) == []
+
+
+def test_a_world_session_id_names_its_period():
+    from memgym_env.world.types import session_id_period
+    assert session_id_period("3bb2a388-6a63/p10-s2") == 10 and session_id_period("p0-s0") == 0
+    assert session_id_period("conv-26/session_3") is None and session_id_period("u/p1-s") is None

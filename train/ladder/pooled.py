@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from membuilder.plumbing.stats import against_zero, pair_seeds, pooled_mean, pooled_paired_difference
+from memgym_env.world.types import session_id_period
 
 # (name, a, b): the pooled difference b - a
 DIFFERENCES = (("SFT - base", "base", "sft"), ("GRPO - SFT", "sft", "grpo"), ("ADRPO - SFT", "sft", "adrpo"),
@@ -25,6 +26,11 @@ GOALS = (("SFT > base", "SFT - base", ("met", "not met", "not met: below")),
          ("ADRPO-evidence > SFT", "ADRPO - SFT", ("met", "not met", "not met: below")),
          ("ADRPO-evidence vs GRPO (published order: alpha 4 above alpha 1)", "ADRPO - GRPO",
           ("the published order", "not told apart", "the opposite of the published order")))
+# A user's first period fills an empty memory with ADDs, later ones change values with edits: an RL stage can
+# gain on one and lose on the other (Core REPLACE learnt from later sessions broke first ones,
+# results/ladder-told-adds-lr6e-5), so each RL difference is also read on either side of that line.
+PERIOD_PARTS = (("period 0", lambda period: period == 0), ("later periods", lambda period: period > 0))
+SPLIT_DIFFERENCES = tuple(name for name, a, _ in DIFFERENCES if a != "base")
 
 
 def by_seed(rows: list[dict[str, Any]], stage: str, key: str = "session_reward_evidence") -> dict[Any, dict]:
@@ -57,11 +63,22 @@ def pooled_stage(rows: list[dict[str, Any]], stage: str) -> dict[str, Any] | Non
             "reward": reward, "gain": pooled_mean(gains_by_seed(rows, stage))}
 
 
-def differences(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """``DIFFERENCES`` that both stages have rows for, each with how its interval reads against zero."""
+def _sessions_of(by: dict[Any, dict], keep) -> dict[Any, dict]:
+    """``by_seed``'s sessions whose world period ``keep`` accepts (a key naming no period is left out)."""
+    return {seed: {k: v for k, v in sessions.items() if (p := session_id_period(k)) is not None and keep(p)}
+            for seed, sessions in by.items()}
+
+
+def differences(rows: list[dict[str, Any]], names=None, keep=None) -> dict[str, dict[str, Any]]:
+    """``DIFFERENCES`` (those in ``names``, default all) that both stages have rows for, each with how its
+    interval reads against zero; over the sessions whose period ``keep`` accepts, when given."""
     out = {}
     for name, a, b in DIFFERENCES:
+        if names is not None and name not in names:
+            continue
         seeds_a, seeds_b = by_seed(rows, a), by_seed(rows, b)
+        if keep is not None:
+            seeds_a, seeds_b = _sessions_of(seeds_a, keep), _sessions_of(seeds_b, keep)
         d = pooled_paired_difference(seeds_a, seeds_b)
         if d is not None:
             pairs = pair_seeds(seeds_a, seeds_b)
@@ -86,8 +103,9 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """What ``ladder_summary.json`` holds: every stage pooled, the pooled differences and the goals."""
     stages = list(dict.fromkeys(r["stage"] for r in rows))
     diffs = differences(rows)
+    by_period = {part: d for part, keep in PERIOD_PARTS if (d := differences(rows, SPLIT_DIFFERENCES, keep))}
     return {"stages": {s: p for s in stages if (p := pooled_stage(rows, s))}, "differences": diffs,
-            "goals": goals(diffs),
+            "by_period": by_period, "goals": goals(diffs),
             "how": "95% percentile bootstraps; each replicate draws seeds and sessions with replacement; a stage run "
                    "once (base, SFT) stands beside every seed of the other; RL stages pair by seed"}
 
@@ -115,6 +133,15 @@ def difference_lines(s: dict[str, Any]) -> list[str]:
     return [f"{name} ({d['b']} {_named(d['seeds_b'])} against {d['a']} {_named(d['seeds_a'])}), over "
             f"{d['n_sessions']} sessions: {d['mean']:+.3f} {_ci(d['ci'])} ({d['reads']})"
             for name, d in s["differences"].items()]
+
+
+def period_lines(s: dict[str, Any]) -> list[str]:
+    """One line per RL difference and side of the period-0 line, where both sides hold sessions."""
+    parts = s.get("by_period", {})
+    if len(parts) < len(PERIOD_PARTS):
+        return []
+    return [f"{name}, {part}: {d['mean']:+.3f} {_ci(d['ci'])} over {d['n_sessions']} sessions ({d['reads']})"
+            for name in SPLIT_DIFFERENCES for part, _ in PERIOD_PARTS if (d := parts[part].get(name))]
 
 
 def _named(seeds: list) -> str:

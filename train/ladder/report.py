@@ -348,7 +348,10 @@ def pooled_lines(summary: dict[str, Any]) -> list[str]:
         return []
     return ["", "Each stage pooled over its seeds (95% intervals from bootstraps that draw seeds and sessions; "
                 "gain: the reward minus writing nothing, session by session):", "", pooled.stage_table(summary),
-            "", *[f"- {line}" for line in pooled.difference_lines(summary)]]
+            "", *[f"- {line}" for line in pooled.difference_lines(summary)],
+            *(["", "The RL differences on either side of period 0 (a user's first sessions, which fill an empty "
+                   "memory) and the later periods (where values change), pooled the same way:", "",
+               *[f"- {line}" for line in split]] if (split := pooled.period_lines(summary)) else [])]
 
 
 def _mode_note(rows: list[dict[str, Any]]) -> str:
