@@ -134,10 +134,8 @@ def test_rl_differences_are_read_on_either_side_of_period_0():
     assert lines[0].startswith("GRPO - SFT, period 0: -0.30") and "over 10 sessions (below)" in lines[0]
     assert lines[1].startswith("GRPO - SFT, later periods: +0.10") and lines[1].endswith("over 30 sessions (above)")
     # sessions that name no world period (a benchmark's) leave the split out rather than guess
-    other = [{**r, "session_reward_evidence": {f"conv-26/{k}": v for k, v in r["session_reward_evidence"].items()},
-              "session_noop_evidence": None} for r in rows]
-    for r in other:
-        r["session_reward_evidence"] = {k.replace("/p", "/x"): v for k, v in r["session_reward_evidence"].items()}
+    other = [{**r, "session_reward_evidence": {k.replace("u/p", "conv-26/x"): v
+                                               for k, v in r["session_reward_evidence"].items()}} for r in rows]
     assert pooled.summary(other)["by_period"] == {} and pooled.period_lines(pooled.summary(other)) == []
 
 
