@@ -199,7 +199,8 @@ def expert_records(config: ConstructionConfig, users: list[int], limit: int | No
         for j in keep:
             bank, s = snapshots[j], ep.conversation.sessions[j]
             records.append({"key": f"{ep.conversation.id}/{s.id}", "time": s.time, "source": "oracle",
-                            "observation": build_observation(bank, s.render(), s.time, config.view_k),
+                            "observation": build_observation(bank, s.render(), s.time, config.view_k,
+                                                             config.write_live),
                             "outputs": dict(ep.expert_outputs[j])})
     if jsonl:
         write_jsonl(records, jsonl)

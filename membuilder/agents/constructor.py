@@ -32,9 +32,15 @@ TEMPLATE_MARGIN = 64
 OBS_SESSION, OBS_TIME, OBS_CORE, OBS_CORE_USAGE = "session", "session_time", "core", "core_usage"
 
 
-def build_observation(bank, session_text: str, session_time: str | None, view_k: int = 20) -> dict[str, Any]:
+def build_observation(bank, session_text: str, session_time: str | None, view_k: int = 20,
+                      live_only: bool = False) -> dict[str, Any]:
     """What the four agents see for a session: the session, Core, and each searchable agent's
     top-``view_k`` own-type entries (each line of the session is a query; best score wins).
+
+    ``live_only`` leaves out of those views the entries an UPDATE or MERGE replaced. MemBuilder shows its
+    writers the whole history, so an old version of a fact can take a view slot and stand beside the
+    current one; an UPDATE that copies the old version replaces nothing current (the stale reward
+    counts it against the memory).
 
     ``MemoryGym-v0`` and the trainer's datasets both build observations here, so the prompts a
     policy is trained on are the prompts it is scored with.
@@ -43,7 +49,7 @@ def build_observation(bank, session_text: str, session_time: str | None, view_k:
     obs: dict[str, Any] = {OBS_SESSION: session_text, OBS_TIME: session_time or "", OBS_CORE: bank.core.text,
                            OBS_CORE_USAGE: min(100.0, bank.core.usage)}
     for agent in AGENTS[1:]:
-        obs[agent] = tuple(h.entry.text for h in bank.session_view(agent, lines, view_k))
+        obs[agent] = tuple(h.entry.text for h in bank.session_view(agent, lines, view_k, live_only))
     return obs
 
 

@@ -22,10 +22,10 @@ WRITE_PROMPT_TOKENS = 3840
 MEMORY_VIEWS = ("all", "live")
 
 
-def check_memory_view(view: str) -> bool:
-    """``live_only`` for the bank's retrieval; a clear error for a value other than "all" or "live"."""
+def check_memory_view(view: str, name: str = "memory_view") -> bool:
+    """``live_only`` for the bank's retrieval; a clear error, naming the setting, for a value other than "all" or "live"."""
     if view not in MEMORY_VIEWS:
-        raise ValueError(f"memory_view: {view!r} is not one of {', '.join(MEMORY_VIEWS)} "
+        raise ValueError(f"{name}: {view!r} is not one of {', '.join(MEMORY_VIEWS)} "
                          "(all: every entry retrievable, as published; live: superseded entries left out)")
     return view == "live"
 
@@ -41,15 +41,17 @@ class MemBuilderAssistant(ChatAssistant):
     ``memory_view`` (what answers retrieve from: "all", every entry including those an UPDATE or
     MERGE replaced, as MemBuilder is published; "live", those superseded entries left out),
     ``window_tokens`` (a session longer than this is written window by window, whole turns each,
-    ``membuilder.agents.session_windows``; None: every session whole, as published).
-    The memory agents' own views are untouched: they always see the whole bank."""
+    ``membuilder.agents.session_windows``; None: every session whole, as published),
+    ``write_view`` (what the memory agents' own views are drawn from, as MemoryGym-v0's ``write_view``: "all"
+    as published, or "live"; a policy trained on one is evaluated on the same)."""
 
     name = "membuilder"
 
     def __init__(self, model, embedder, *, write_tokens: int = 384, view_k: int = 20, answer_k: int = 10,
                  write_model=None, write_prompt_tokens: int | None = WRITE_PROMPT_TOKENS,
-                 memory_view: str = "all", window_tokens: int | None = None, **kwargs):
+                 memory_view: str = "all", window_tokens: int | None = None, write_view: str = "all", **kwargs):
         self.live_only = check_memory_view(memory_view)
+        self.write_live = check_memory_view(write_view, "write_view")
         self.memory_view = memory_view
         self.embedder = embedder
         self.write_model = bound(model if write_model is None else write_model, "write")
@@ -72,7 +74,7 @@ class MemBuilderAssistant(ChatAssistant):
             return
         for window in session_windows(transcript(messages), self.window_tokens, self.write_model.count_tokens):
             cut_before = self.policy.prompts_cut
-            outputs = self.policy.act(build_observation(self.bank, window, time, self.view_k))
+            outputs = self.policy.act(build_observation(self.bank, window, time, self.view_k, self.write_live))
             applied = {agent: self.bank.apply(agent, out, time=time, session=session_id)
                        for agent, out in outputs.items()}
             self.write_log.append({"session": session_id, "valid": {a: r.valid for a, r in applied.items()},

@@ -192,11 +192,11 @@ class MemoryBank:
             raise ValueError(f"agent {agent!r} has no searchable memory; expected one of {MEMORY_TYPES}")
         return self.retrieve(query, k, (agent,))
 
-    def session_view(self, agent: str, texts: Sequence[str], k: int = 20) -> list[Hit]:
+    def session_view(self, agent: str, texts: Sequence[str], k: int = 20, live_only: bool = False) -> list[Hit]:
         """An agent's own memories most related to any of ``texts`` (a session's messages).
 
         Each message is a query; an entry keeps its best score over them. One embedder call and
-        one batched search, however long the session.
+        one batched search, however long the session. ``live_only`` leaves out entries an UPDATE or MERGE replaced.
         """
         if agent not in MEMORY_TYPES:
             raise ValueError(f"agent {agent!r} has no searchable memory; expected one of {MEMORY_TYPES}")
@@ -204,7 +204,7 @@ class MemoryBank:
         if not texts or not len(self):
             return []
         best: dict[str, Hit] = {}
-        for hits in self.retrieve_many(texts, k, (agent,)):
+        for hits in self.retrieve_many(texts, k, (agent,), live_only):
             for h in hits:
                 if h.id not in best or h.score > best[h.id].score:
                     best[h.id] = h

@@ -40,7 +40,7 @@ _NUMBER = re.compile(r"\d+")
 
 def ground_writer(model, sessions: Sequence[Any], embedder, *, max_new_tokens: int, view_k: int,
                   max_prompt_tokens: int, window_tokens: int | None = None,
-                  progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+                  progress: Callable[[int], None] | None = None, live_only: bool = False) -> dict[str, Any]:
     """Memory written by ``model`` (a ``ChatModel``) over ``sessions``, one after another (a session longer than
     ``window_tokens`` window by window, as ``MemBuilderAssistant`` writes it), and the grounding of every entry:
     ``{"all": {entries, grounded, grounded_rate, mean_share, ci}, "per_agent": ..., "dialogue": the same against
@@ -61,7 +61,7 @@ def ground_writer(model, sessions: Sequence[Any], embedder, *, max_new_tokens: i
     outputs_made = 0
     writes: list[dict[str, Any]] = []
     for session, w, window, heard in dialogue_so_far(sessions, window_tokens, model.count_tokens, progress):
-        obs = build_observation(bank, window, session.time, view_k)
+        obs = build_observation(bank, window, session.time, view_k, live_only)
         sources = shown_texts(obs)
         outputs = policy.act(obs)
         outputs_made += 1

@@ -65,6 +65,11 @@ class ConstructionConfig:
         "help": "what the answerer's top-k is drawn from: all (every entry, replaced ones kept as history: "
                 "MemBuilder's published retrieval) or live (entries an UPDATE or MERGE replaced are left out); "
                 "None: live in stale mode, all otherwise"})
+    write_view: str = field(default="all", metadata={
+        "help": "what each writer's view of its own memory (the top view_k entries in its prompt) is drawn from: "
+                "all (every entry, replaced ones too, as MemBuilder shows its writers) or live (entries an UPDATE "
+                "or MERGE replaced are left out, so an old version of a fact never stands in view beside the "
+                "current one)"})
     attribution: str = field(default="retrieval", metadata={
         "help": "ADRPO's rule for the dominant memory type: retrieval (published: the type most retrieved over "
                 "the session's questions, never Core) or evidence (the memory, Core included, that held the "
@@ -113,6 +118,8 @@ class ConstructionConfig:
             raise ValueError(f"answer_mode {self.answer_mode!r}; expected one of {ANSWER_MODES}")
         if self.answer_view is not None and self.answer_view not in ANSWER_VIEWS:
             raise ValueError(f"answer_view {self.answer_view!r}; expected one of {ANSWER_VIEWS} or null")
+        if self.write_view not in ANSWER_VIEWS:
+            raise ValueError(f"write_view {self.write_view!r}; expected one of {ANSWER_VIEWS}")
         if self.attribution not in ATTRIBUTION_RULES:
             raise ValueError(f"attribution {self.attribution!r}; expected one of {ATTRIBUTION_RULES}")
         if self.snapshot not in SNAPSHOT_MODES:
@@ -134,6 +141,11 @@ class ConstructionConfig:
     def live_view(self) -> bool:
         """Whether the answerer reads only live entries (``answer_view``, or the mode's default)."""
         return (self.answer_view or ("live" if self.answer_mode == "stale" else "all")) == "live"
+
+    @property
+    def write_live(self) -> bool:
+        """Whether the writers' views leave out replaced entries (``write_view``)."""
+        return self.write_view == "live"
 
     @property
     def reward_setting(self) -> str | None:

@@ -99,6 +99,7 @@ class MemoryGymEnv(gym.Env):
     | `conversation_path`, `qa_path`, `expert_path` | `None` | conversation source files |
     | `answer_mode` | `"choice"` | `"choice"` (log-prob multiple choice), `"llm"` (answer + judge), `"evidence"` (no model), `"stale"` (evidence, and no replaced value stated as current) |
     | `answer_view`, `attribution` | `None` (live in stale mode, else all), `"retrieval"` | what the answerer reads; ADRPO's attribution rule (`"evidence"` follows the memory that held the answer) |
+    | `write_view` | `"all"` | what each writer's memory view is drawn from (`"live"`: no entry an UPDATE or MERGE replaced) |
     | `answerer`, `judge`, `embedder` | `smollm2-135m`, answerer, `minilm` | model specs |
     | `judge_prompt` | `"locomo"` | the judge prompt that grades `llm` answers (`locomo`: Mem0's generous J as published, `locomo-strict`, `longmemeval`, `perltqa`) |
     | `answer_max_tokens`, `judge_max_tokens` | 48, 24 | token limits; a reply cut at its limit is counted in `info` |
@@ -281,7 +282,7 @@ class MemoryGymEnv(gym.Env):
         n = len(conv.sessions)
         session = conv.sessions[self._index] if self._index < n else None
         obs = build_observation(self._bank, session.render() if session else "", session.time if session else "",
-                                self.config.view_k)
+                                self.config.view_k, self.config.write_live)
         obs["session_index"], obs["num_sessions"] = self._index, n
         obs["core_usage"] = np.array(obs["core_usage"], dtype=np.float32)
         return obs

@@ -277,7 +277,7 @@ class SessionScorer:
     def observation(self, session_key: str) -> dict[str, Any]:
         ep, j, bank = self._lookup(session_key)
         s = ep.conversation.sessions[j]
-        return build_observation(bank, s.render(), s.time, self.config.view_k)
+        return build_observation(bank, s.render(), s.time, self.config.view_k, self.config.write_live)
 
     def expert_action(self, session_key: str) -> dict[str, str]:
         ep, j, _ = self._lookup(session_key)

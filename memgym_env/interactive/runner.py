@@ -75,6 +75,10 @@ class RunConfig:
     memory_view: str = field(default="all", metadata={
         "help": "what membuilder's answers retrieve (other assistants ignore it): all (every entry, including "
                 "those an UPDATE or MERGE replaced, as MemBuilder is published) or live (replaced entries left out)"})
+    write_view: str = field(default="all", metadata={
+        "help": "what membuilder's memory agents see of their own memory: all (replaced entries too, as published) "
+                "or live (replaced entries left out); a policy trained in MemoryGym-v0 with write_view live is "
+                "evaluated with live"})
     context_tokens: int = field(default=1024, metadata={"help": "most tokens of memory text in a prompt"})
     top_k: int | None = field(default=None, metadata={"help": "retrieved items for rag, awe, mem0, mem0-infer (published default 30) and a-mem (default 10, as memgym eval)"})
     factual_recall: bool = field(default=True, metadata={"help": "check each period's new facts against memory"})
@@ -89,6 +93,7 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         check_memory_view(self.memory_view)  # refused before a run folder is claimed
+        check_memory_view(self.write_view, "write_view")
         if self.write_window_tokens is not None and self.write_window_tokens < 1:
             raise ValueError(f"--write_window_tokens {self.write_window_tokens}: a window holds at least 1 token "
                              "(leave it out to write every session whole)")
@@ -119,6 +124,8 @@ class RunConfig:
             opts["write_prompt_tokens"] = self.write_prompt_tokens
             if self.memory_view != "all":  # the default stays out, so run folders from before it still resume
                 opts["memory_view"] = self.memory_view
+            if self.write_view != "all":  # likewise
+                opts["write_view"] = self.write_view
             if self.write_window() is not None:  # likewise
                 opts["window_tokens"] = self.write_window()
         if self.top_k is not None and self.assistant in ("rag", "awe", "mem0", "mem0-infer", "a-mem"):

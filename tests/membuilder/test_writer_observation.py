@@ -53,3 +53,16 @@ def test_a_short_turn_finds_its_entry_beside_long_talk_of_something_else(embedde
     view = build_observation(bank, session, "1 May 2023", view_k=3)["semantic"]
     assert len(view) == 3 and view[0] == "Ana has a beagle named Max"
     assert [h.entry.text for h in bank.view("semantic", session, 9)][-1] == "Ana has a beagle named Max"
+
+
+def test_live_only_view_keeps_the_current_version_in_a_slot_the_old_one_took(embedder):
+    """An UPDATEd fact in a view of one slot: the whole history ranks the old version first (the session
+    repeats its words), so the writer would copy it; the live view gives the slot to the current entry."""
+    bank = MemoryBank(embedder)
+    old, new = "Exercise type: yoga on a mat", "Exercise type: outdoor running in the park"
+    bank.apply("semantic", f'{{"operations": [{{"action": "ADD", "memory": "{old}"}}]}}')
+    bank.apply("semantic", f'{{"operations": [{{"action": "UPDATE", "old_memory": "{old}", "new_memory": "{new}"}}]}}')
+    session = "user: I used to do yoga on a mat as my exercise type."
+    assert build_observation(bank, session, "1 May 2023", view_k=1)["semantic"] == (old,)
+    assert build_observation(bank, session, "1 May 2023", view_k=1, live_only=True)["semantic"] == (new,)
+    assert set(build_observation(bank, session, "1 May 2023", view_k=2)["semantic"]) == {old, new}

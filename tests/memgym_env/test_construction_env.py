@@ -240,3 +240,24 @@ def test_trainer_scorer_replays_expert_snapshots_in_any_order(env):
     first = scorer.score(keys[0], [EMPTY])
     assert scorer.score(keys[2], [EMPTY])[0].agent_rewards == last[0].agent_rewards  # order does not matter
     assert first[0].reward == 0.0
+
+
+@pytest.mark.parametrize("view", ["all", "live"])
+def test_write_view_live_leaves_replaced_entries_out_of_the_writers_view(view):
+    """A fact written, then UPDATEd: under ``write_view: all`` (as published) the writer's next view shows the
+    old version beside the new one, under ``live`` only the new one; the answerer's view is not touched."""
+    env = MemoryGymEnv(answer_mode="evidence", world_overrides={"num_users": 1, "num_periods": 2},
+                       snapshot="on_policy", write_view=view)
+    env.reset(seed=0, options={"episode": 0})
+    old, new = "Ana's cooking: risotto on weekends", "Ana's cooking: paella on weekends"
+    env.step({**EMPTY, "semantic": json.dumps({"operations": [{"action": "ADD", "memory": old}]})})
+    update = {"action": "UPDATE", "old_memory": old, "new_memory": new}
+    obs, *_ = env.step({**EMPTY, "semantic": json.dumps({"operations": [update]})})
+    assert new in obs["semantic"]
+    assert (old in obs["semantic"]) is (view == "all")
+    env.close()
+
+
+def test_write_view_names_its_values():
+    with pytest.raises(ValueError, match="write_view 'current'"):
+        ConstructionConfig(write_view="current")

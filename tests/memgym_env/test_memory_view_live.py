@@ -111,3 +111,22 @@ def test_the_eval_membuilder_system_answers_from_the_live_view(embedder, tmp_pat
     assert shown == {"all": [OLD, NEW], "live": [NEW]}
     cfg = EvalConfig(benchmark="locomo", data="d.json", out=str(tmp_path), system="membuilder", memory_view="live")
     assert make_system(cfg, {"model": None, "embedder": embedder}).live_only is True
+
+
+def test_write_view_reaches_the_interactive_writers_and_its_run_folder(tiny_model, embedder, tmp_path):
+    """``write_view`` (what the memory agents see of their own memory, MemoryGym-v0's setting of the same name)
+    travels from the command line to the assistant, and a run folder resumes only with the view it was made in."""
+    assert make_assistant("membuilder", tiny_model, embedder).write_live is False  # published: the whole history
+    assert make_assistant("membuilder", tiny_model, embedder, write_view="live").write_live is True
+    with pytest.raises(ValueError, match="write_view: 'current'"):
+        make_assistant("membuilder", tiny_model, embedder, write_view="current")
+    with pytest.raises(ValueError, match="write_view"):
+        RunConfig(world="w.json", assistant="membuilder", out=str(tmp_path), write_view="Live")
+    assert build_parser().parse_args(["evaluate", "--world", "w.json", "--assistant", "membuilder", "--out", "o",
+                                      "--write-view", "live"]).write_view == "live"
+    world = tmp_path / "world.json"
+    world.write_text("{}", encoding="utf-8")
+    base = {"world": str(world), "assistant": "membuilder", "out": str(tmp_path / "run")}
+    assert "write_view" not in prepare_run(RunConfig(**base))["assistant_options"]
+    with pytest.raises(ValueError, match="different assistant_options"):
+        prepare_run(RunConfig(**base, write_view="live"))

@@ -275,8 +275,11 @@ class Evaluator:
     def memory_settings(self) -> dict[str, int]:
         """How the memory score's MemBuilder assistant writes: the stage's output limit, as in RL and the held-out
         evaluation, and prompts that leave room for it in the engine's context."""
-        return {"write_tokens": self.a.max_completion_tokens,
-                "write_prompt_tokens": ENGINE_CONTEXT - self.a.max_completion_tokens}
+        out = {"write_tokens": self.a.max_completion_tokens,
+               "write_prompt_tokens": ENGINE_CONTEXT - self.a.max_completion_tokens}
+        if self.a.construction_config().write_live:  # the writers' view RL trained in; the default stays out of caches
+            out["write_view"] = "live"
+        return out
 
     def cache(self, name: str) -> Path:
         """A stage evaluation's cache file: one per engine, so a work folder can change engines."""
@@ -292,7 +295,9 @@ class Evaluator:
 
     def interactive_dir(self, label: str) -> Path:
         """A stage's interactive run folder (its questions and answers, period by period)."""
-        return self.work / "interactive" / f"{label}.{self.a.eval_engine}.w{self.memory_settings()['write_tokens']}"
+        settings = self.memory_settings()
+        view = ".live" if settings.get("write_view") == "live" else ""
+        return self.work / "interactive" / f"{label}.{self.a.eval_engine}.w{settings['write_tokens']}{view}"
 
     def with_outcomes(self, memory: dict[str, Any], label: str) -> dict[str, Any]:
         """A memory score with each question's outcome (``memory_correct``), so stages pair question by question;
@@ -373,7 +378,8 @@ class Evaluator:
             out = ground_writer(model, sessions, load_embedder("minilm"), max_new_tokens=settings["write_tokens"],
                                 view_k=self.a.construction_config().view_k,
                                 max_prompt_tokens=settings["write_prompt_tokens"],
-                                window_tokens=settings["window_tokens"], progress=bar.update)
+                                window_tokens=settings["window_tokens"], progress=bar.update,
+                                live_only=settings.get("write_view") == "live")
         finally:
             bar.close()
             if hasattr(model, "close"):
