@@ -10,12 +10,13 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from membuilder.agents.membuilder_assistant import MEMORY_VIEWS
 from membuilder.reward import ALPHA, ATTRIBUTION_RULES, LAMBDA, check_lambda
 from memgym_env.benchmarks.judges import JUDGE_PROMPTS
 from memgym_env.construction.answers import ANSWER_MODES
 
 SNAPSHOT_MODES = ("expert", "on_policy")
-ANSWER_VIEWS = ("all", "live")
+ANSWER_VIEWS = MEMORY_VIEWS  # what the answerer and the writers may be shown: all, live
 # The two named reward settings. published: MemBuilder's reward as released (every entry retrievable,
 # evidence by gold string, attribution by retrieval counts), the defaults, and what reproduces
 # published numbers. tracks_change: a memory that keeps a replaced value as current loses the question,

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import json
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import pytest
+import yaml
 from gymnasium.utils.env_checker import check_env
 
 import memgym_env  # noqa: F401  (registers the environments)
 from memgym_env.construction.env import ConstructionConfig, MemoryGymEnv
 from memgym_env.construction.scoring import SessionScorer
 
+ROOT = Path(__file__).resolve().parents[2]
 SMALL = {"num_users": 2, "num_periods": 1}
 EMPTY = {"core": "", "episodic": '{"operations": []}', "semantic": '{"operations": []}', "procedural": '{"operations": []}'}
 
@@ -261,3 +265,10 @@ def test_write_view_live_leaves_replaced_entries_out_of_the_writers_view(view):
 def test_write_view_names_its_values():
     with pytest.raises(ValueError, match="write_view 'current'"):
         ConstructionConfig(write_view="current")
+
+
+def test_the_full_settings_file_names_every_field_at_its_default():
+    """configs/env/construction.yaml says it shows every field: it does, and it builds the defaults."""
+    shown = yaml.safe_load((ROOT / "configs/env/construction.yaml").read_text(encoding="utf-8"))
+    assert set(shown) == {f.name for f in dataclasses.fields(ConstructionConfig)}
+    assert ConstructionConfig.from_yaml(ROOT / "configs/env/construction.yaml") == ConstructionConfig()

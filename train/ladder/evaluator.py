@@ -60,7 +60,8 @@ class Evaluator:
             raise SystemExit(f"held_out_users {a.held_out_users!r} overlap train_users {a.train_users!r}")
         # The model-free reward of the ladder's world (evidence, or stale on a tracks_change world), kept under the
         # name "evidence" that every row and cache has used; a world scored by a model is read in evidence mode.
-        world_mode = a.construction_config().answer_mode
+        world = a.construction_config()
+        world_mode = world.answer_mode
         self.reward_mode = world_mode if world_mode in MODEL_FREE_MODES else "evidence"
         self.scorers = {"evidence": SessionScorer(a.construction_config(answer_mode=self.reward_mode), users,
                                                   a.eval_sessions_per_user, pick=a.eval_session_pick)}
@@ -71,6 +72,7 @@ class Evaluator:
         self.keys = self.scorers["evidence"].session_keys()
         self.users = sorted({k.split("/")[0] for k in self.keys})
         self.a, self.work = a, work
+        self.write_live = world.write_live  # the writers' view RL trains in, read once
         self._world = None
 
     def curve_keys(self) -> list[str]:
@@ -277,7 +279,7 @@ class Evaluator:
         evaluation, and prompts that leave room for it in the engine's context."""
         out = {"write_tokens": self.a.max_completion_tokens,
                "write_prompt_tokens": ENGINE_CONTEXT - self.a.max_completion_tokens}
-        if self.a.construction_config().write_live:  # the writers' view RL trained in; the default stays out of caches
+        if self.write_live:  # the default stays out of the caches' settings, so those made before it still fit
             out["write_view"] = "live"
         return out
 
@@ -295,9 +297,8 @@ class Evaluator:
 
     def interactive_dir(self, label: str) -> Path:
         """A stage's interactive run folder (its questions and answers, period by period)."""
-        settings = self.memory_settings()
-        view = ".live" if settings.get("write_view") == "live" else ""
-        return self.work / "interactive" / f"{label}.{self.a.eval_engine}.w{settings['write_tokens']}{view}"
+        view = ".live" if self.write_live else ""
+        return self.work / "interactive" / f"{label}.{self.a.eval_engine}.w{self.a.max_completion_tokens}{view}"
 
     def with_outcomes(self, memory: dict[str, Any], label: str) -> dict[str, Any]:
         """A memory score with each question's outcome (``memory_correct``), so stages pair question by question;
@@ -379,7 +380,7 @@ class Evaluator:
                                 view_k=self.a.construction_config().view_k,
                                 max_prompt_tokens=settings["write_prompt_tokens"],
                                 window_tokens=settings["window_tokens"], progress=bar.update,
-                                live_only=settings.get("write_view") == "live")
+                                live_only=self.write_live)
         finally:
             bar.close()
             if hasattr(model, "close"):
