@@ -34,6 +34,18 @@ every other agent 1, and with no dominant type all weights are 1. Two rules (``A
 
 Both rules are computed for every rollout (``dominant_by_rule``) whichever one sets the weights,
 and ``dominant`` is reported whatever alpha is, so alpha = 1 runs log what alpha = 4 runs log.
+
+An edit quotes the memory it changes (UPDATE's old memory, MERGE's old memories, Core REPLACE's old
+text). When a quote matches nothing, even as a near paraphrase (``VectorStore.resolve``), an UPDATE
+or MERGE adds its new text as a new entry, so the old one stays live beside it, and a Core
+REPLACE changes nothing (``MemoryBank.apply``). Two rules for what such an output earns
+(``QUOTE_MISS_RULES``):
+
+* ``add`` (the default, as the published reward): nothing more; the memory is scored as it stands.
+* ``zero``: the same memory, and the misquoting agent's r_a is 0, as if its output were invalid. The
+  task reward is shared by the four agents of a rollout, so under ``add`` a misquote reaches the agent
+  that wrote it only through the questions it spoils, blurred by the others' writes; ``zero`` tells that
+  agent alone. Validity (``valid``) stays the JSON check; ``misquoted`` says who was zeroed.
 """
 
 from __future__ import annotations
@@ -57,6 +69,7 @@ CORE_FULL_PENALTY_TOKENS = 400
 RATIO_LOW, RATIO_HIGH = 0.5, 1.3
 TOLERANCE_TOKENS = 200  # published other_length_min_diff_tokens
 ATTRIBUTION_RULES = ("retrieval", "evidence")
+QUOTE_MISS_RULES = ("add", "zero")
 
 
 @dataclass(frozen=True)
@@ -149,6 +162,12 @@ def dominant_weights(dominant: str | None, alpha: float) -> dict[str, float]:
     return weights
 
 
+def check_quote_miss(rule: Any) -> str:
+    if rule not in QUOTE_MISS_RULES:
+        raise ValueError(f"quote_miss rule {rule!r}; expected one of {QUOTE_MISS_RULES}")
+    return rule
+
+
 def check_attribution(rule: Any) -> str:
     if rule not in ATTRIBUTION_RULES:
         raise ValueError(f"attribution rule {rule!r}; expected one of {ATTRIBUTION_RULES}")
@@ -168,6 +187,7 @@ class CandidateReward:
     dominant: str | None = None  # the dominant memory under the rule that sets the weights; None: none
     info: dict[str, Any] = field(default_factory=dict)
     dominant_by_rule: dict[str, str | None] = field(default_factory=dict)  # rule -> its dominant memory
+    misquoted: dict[str, bool] = field(default_factory=dict)  # agents whose r_a the quote_miss rule zeroed
 
     @property
     def reward(self) -> float:
@@ -178,15 +198,20 @@ def candidate_reward(valid: Mapping[str, bool], tokens_written: Mapping[str, int
                      *, task_reward: float | None, counts: Mapping[str, int] | None = None, lam: float = LAMBDA,
                      alpha: float = ALPHA, rule: LengthRule = DEFAULT_LENGTH_RULE,
                      info: Mapping[str, Any] | None = None, evidence_types: Sequence[str | None] | None = None,
-                     attribution: str = "retrieval") -> CandidateReward:
+                     attribution: str = "retrieval", quote_misses: Mapping[str, int] | None = None,
+                     quote_miss: str = "add") -> CandidateReward:
     """r_a for every agent and the attribution weights of one rollout.
 
     ``task_reward`` None means an unrewarded session (r_task taken as 1, no dominant type).
     ``counts``: h_m of the retrieval rule; ``evidence_types``: the memory named by each answered
     question, for the evidence rule; ``attribution`` picks the rule that sets the weights.
+    ``quote_misses``: per agent, the quotes of its edits that matched nothing; under the ``zero`` rule
+    (``quote_miss``) an agent with any gets r_a = 0.
     """
     lam = check_lambda(lam)
     check_attribution(attribution)
+    check_quote_miss(quote_miss)
+    misquoted = {a: quote_miss == "zero" and bool((quote_misses or {}).get(a, 0)) for a in AGENTS}
     rewarded = task_reward is not None
     task = task_reward if rewarded else 1.0
     penalty = {a: length_penalty(a, tokens_written.get(a, 0), tokens_expert.get(a, 0), rule) if task > 0 else 0.0
@@ -195,7 +220,7 @@ def candidate_reward(valid: Mapping[str, bool], tokens_written: Mapping[str, int
     by_rule = {"retrieval": dominant_type(counts),
                "evidence": evidence_dominant(evidence_types or ()) if rewarded else None}
     return CandidateReward(
-        agent_rewards={a: agent_reward(valid[a], task, penalty[a], lam) for a in AGENTS},
+        agent_rewards={a: agent_reward(valid[a] and not misquoted[a], task, penalty[a], lam) for a in AGENTS},
         weights=dominant_weights(by_rule[attribution], alpha),
         task_reward=task if rewarded else 0.0,
         valid=dict(valid),
@@ -205,6 +230,7 @@ def candidate_reward(valid: Mapping[str, bool], tokens_written: Mapping[str, int
         info={"tokens_written": dict(tokens_written), "tokens_expert": dict(tokens_expert),
               "attribution_counts": counts, **(info or {})},
         dominant_by_rule=by_rule,
+        misquoted=misquoted,
     )
 
 

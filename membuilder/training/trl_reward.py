@@ -24,7 +24,8 @@ each completion gets its own agent's reward r_a exactly as the scorer returns it
 
 Metrics, one set whichever trainer runs (each averaged over the batch's rows):
 ``reward/task`` (rewarded sessions only), ``reward/task_rewarded``, ``reward/answers_cut``,
-``reward/valid_<agent>``, ``reward/length_penalty_<agent>``, ``adrpo/weight_<agent>``,
+``reward/valid_<agent>``, ``reward/length_penalty_<agent>``, ``reward/quote_missed_<agent>`` (the share of
+outputs with an edit whose quoted memory matched nothing, under either ``quote_miss`` rule), ``adrpo/weight_<agent>``,
 ``adrpo/weight_mean``, ``adrpo/dominant_<type>``, ``adrpo/dominant_none`` and ``time/score``. TRL
 logs the rewards themselves as ``rewards/session_reward/mean``. ``reward/tied_groups``: the share of
 (session, agent) groups whose G rewards all tie, which give GRPO no gradient.
@@ -187,6 +188,8 @@ class SessionReward:
                     rewarded_rows[i] = rewarded
                     stats[f"reward/valid_{a}"].append(float(c.valid.get(a, True)))
                     stats[f"reward/length_penalty_{a}"].append(float(c.length_penalty.get(a, 0.0)))
+                    if a in (quoted := c.info.get("quoted") or {}):  # whichever quote_miss rule scores it
+                        stats[f"reward/quote_missed_{a}"].append(float(quoted[a][1] > 0))
                     stats[f"adrpo/weight_{a}"].append(weights[i])
                 if rewarded:  # an unrewarded session has no task reward to report
                     stats["reward/task"].append(float(c.task_reward))

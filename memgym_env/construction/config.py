@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from membuilder.agents.membuilder_assistant import MEMORY_VIEWS
-from membuilder.reward import ALPHA, ATTRIBUTION_RULES, LAMBDA, check_lambda
+from membuilder.reward import ALPHA, ATTRIBUTION_RULES, LAMBDA, QUOTE_MISS_RULES, check_lambda
 from memgym_env.benchmarks.judges import JUDGE_PROMPTS
 from memgym_env.construction.answers import ANSWER_MODES
 
@@ -75,6 +75,11 @@ class ConstructionConfig:
         "help": "ADRPO's rule for the dominant memory type: retrieval (published: the type most retrieved over "
                 "the session's questions, never Core) or evidence (the memory, Core included, that held the "
                 "evidence of more than half of the answered questions; none: every weight 1)"})
+    quote_miss: str = field(default="add", metadata={
+        "help": "what an agent earns when an edit of its output quotes memory that is not there (UPDATE's "
+                "old_memory, MERGE's old_memories, Core REPLACE's old_text; near paraphrases match): add (the "
+                "published reward: the UPDATE lands as a new entry, the REPLACE changes nothing, and the memory is "
+                "scored as it stands) or zero (the same memory, and that agent's r_a is 0; info['misquoted'])"})
     answerer: str = field(default="smollm2-135m", metadata={
         "help": "chat model spec that answers the questions (choice, llm): a registry name, a local folder or "
                 "openai:NAME@URL; its tokenizer also counts the lengths of the length penalty"})
@@ -123,6 +128,8 @@ class ConstructionConfig:
             raise ValueError(f"write_view {self.write_view!r}; expected one of {ANSWER_VIEWS}")
         if self.attribution not in ATTRIBUTION_RULES:
             raise ValueError(f"attribution {self.attribution!r}; expected one of {ATTRIBUTION_RULES}")
+        if self.quote_miss not in QUOTE_MISS_RULES:
+            raise ValueError(f"quote_miss {self.quote_miss!r}; expected one of {QUOTE_MISS_RULES}")
         if self.snapshot not in SNAPSHOT_MODES:
             raise ValueError(f"snapshot {self.snapshot!r}; expected one of {SNAPSHOT_MODES}")
         if self.source not in ("world", "conversation"):

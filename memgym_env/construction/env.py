@@ -100,6 +100,7 @@ class MemoryGymEnv(gym.Env):
     | `answer_mode` | `"choice"` | `"choice"` (log-prob multiple choice), `"llm"` (answer + judge), `"evidence"` (no model), `"stale"` (evidence, and no replaced value stated as current) |
     | `answer_view`, `attribution` | `None` (live in stale mode, else all), `"retrieval"` | what the answerer reads; ADRPO's attribution rule (`"evidence"` follows the memory that held the answer) |
     | `write_view` | `"all"` | what each writer's memory view is drawn from (`"live"`: no entry an UPDATE or MERGE replaced) |
+    | `quote_miss` | `"add"` | an edit quoting memory that is not there: `"add"` scores the memory as it stands (published); `"zero"` also sets that agent's r_a to 0 (`info["misquoted"]`) |
     | `answerer`, `judge`, `embedder` | `smollm2-135m`, answerer, `minilm` | model specs |
     | `judge_prompt` | `"locomo"` | the judge prompt that grades `llm` answers (`locomo`: Mem0's generous J as published, `locomo-strict`, `longmemeval`, `perltqa`) |
     | `answer_max_tokens`, `judge_max_tokens` | 48, 24 | token limits; a reply cut at its limit is counted in `info` |
@@ -219,7 +220,7 @@ class MemoryGymEnv(gym.Env):
         # 3. reward: validity, task reward, length penalty, attribution (membuilder.reward)
         (reward,) = reward_candidates([applied], answers, hits, self._expert_output(),
                                       count_tokens=token_counter(self._models), lam=c.lam, alpha=c.alpha,
-                                      attribution=c.attribution)
+                                      attribution=c.attribution, quote_miss=c.quote_miss)
         self._warn_if_cut(reward)
         # 4. advance: the next session starts from the expert's memory or from this one
         self._index += 1
@@ -238,7 +239,7 @@ class MemoryGymEnv(gym.Env):
             mode=self.config.answer_mode, models=self._models, expert_output=self._expert_output(),
             task_rewarded=self._rewarded[self._index], alpha=self.config.alpha if alpha is None else alpha,
             lam=self.config.lam, answer_k=self.config.answer_k, live_view=self.config.live_view,
-            attribution=self.config.attribution)
+            attribution=self.config.attribution, quote_miss=self.config.quote_miss)
         for s in scored:
             self._warn_if_cut(s.reward)
         return [s.reward for s in scored]
@@ -296,6 +297,7 @@ class MemoryGymEnv(gym.Env):
             "task_reward": reward.task_reward,
             "task_rewarded": reward.task_rewarded,
             "valid": reward.valid,
+            "misquoted": reward.misquoted,
             "length_penalty": reward.length_penalty,
             "session_index": self._index - 1,
             **reward.info,

@@ -154,7 +154,8 @@ def retrieve_for_questions(forks: Sequence[MemoryBank], questions: Sequence[QAIt
 def reward_candidates(applied: Sequence[Mapping[str, Applied]], answers: Sequence[Sequence[dict]] | None,
                       hits_of: Sequence[Sequence[Sequence[Hit]]] | None, expert_output: Mapping[str, str] | None,
                       *, count_tokens=R.approx_tokens, lam: float = R.LAMBDA, alpha: float = R.ALPHA,
-                      rule: R.LengthRule = R.DEFAULT_LENGTH_RULE, attribution: str = "retrieval") -> list[R.CandidateReward]:
+                      rule: R.LengthRule = R.DEFAULT_LENGTH_RULE, attribution: str = "retrieval",
+                      quote_miss: str = "add") -> list[R.CandidateReward]:
     """Stage 3: r_a and attribution weights per candidate. ``answers`` None = an unrewarded session."""
     expert_text = {a: written_text(parse(a, expert_output[a]).ops) if expert_output and a in expert_output else ""
                    for a in AGENTS}
@@ -181,6 +182,7 @@ def reward_candidates(applied: Sequence[Mapping[str, Applied]], answers: Sequenc
             {a: done[a].valid for a in AGENTS}, R.written_tokens({a: done[a].new_text for a in AGENTS}, count),
             tokens_expert, task_reward=task, counts=counts, lam=lam, alpha=alpha, rule=rule, attribution=attribution,
             evidence_types=[r.get("evidence_type") for r in rows if r["correct"]],
+            quote_misses={a: done[a].quoted_missing for a in AGENTS}, quote_miss=quote_miss,
             info={"errors": {a: done[a].errors for a in AGENTS if done[a].errors},
                   "warnings": {a: done[a].warnings for a in AGENTS if done[a].warnings},
                   "quoted": {a: [done[a].quoted, done[a].quoted_missing] for a in AGENTS},
@@ -194,7 +196,7 @@ def score_session(snapshot: MemoryBank, session: Session, questions: Sequence[QA
                   candidates: Sequence[Mapping[str, str]], *, mode: str, models: ScoringModels,
                   expert_output: Mapping[str, str] | None = None, task_rewarded: bool = True, alpha: float = R.ALPHA,
                   lam: float = R.LAMBDA, answer_k: int = 10, live_view: bool = False,
-                  attribution: str = "retrieval") -> list[ScoredCandidate]:
+                  attribution: str = "retrieval", quote_miss: str = "add") -> list[ScoredCandidate]:
     """All three stages for G candidates of one session (``live_view``: the answerer reads live entries only)."""
     if mode not in ANSWER_MODES:
         raise ValueError(f"answer mode {mode!r}; expected one of {ANSWER_MODES}")
@@ -204,7 +206,7 @@ def score_session(snapshot: MemoryBank, session: Session, questions: Sequence[QA
         hits_of = retrieve_for_questions(forks, questions, answer_k, live_only=live_view)
         answers = answer_questions(forks, hits_of, questions, mode, models)
     rewards = reward_candidates(applied, answers, hits_of, expert_output, count_tokens=token_counter(models),
-                                lam=lam, alpha=alpha, attribution=attribution)
+                                lam=lam, alpha=alpha, attribution=attribution, quote_miss=quote_miss)
     return [ScoredCandidate(r, f, a) for r, f, a in zip(rewards, forks, applied, strict=True)]
 
 
@@ -290,7 +292,7 @@ class SessionScorer:
         scored = score_session(bank, s, ep.conversation.qa_for_session(s.id), candidates, mode=c.answer_mode,
                                models=self.models, expert_output=ep.expert_outputs[j], task_rewarded=task_rewarded,
                                alpha=c.alpha, lam=c.lam, answer_k=c.answer_k, live_view=c.live_view,
-                               attribution=c.attribution)
+                               attribution=c.attribution, quote_miss=c.quote_miss)
         return [x.reward for x in scored]
 
     def locate(self, session_key: str) -> tuple[Episode, int]:

@@ -22,7 +22,8 @@ from membuilder.reward import CandidateReward
 MAX_CANDIDATES = 256
 REWARD_FIELDS = ("agent_rewards", "weights", "task_reward", "valid", "length_penalty", "task_rewarded", "dominant",
                  "info")
-OPTIONAL_REWARD_FIELDS = ("dominant_by_rule",)  # absent from servers that predate the evidence attribution rule
+# Absent from servers that predate the evidence attribution rule (dominant_by_rule) or the quote_miss rule (misquoted)
+OPTIONAL_REWARD_FIELDS = ("dominant_by_rule", "misquoted")
 
 
 def read_score_request(body: Mapping[str, Any]) -> tuple[str, list[dict[str, str]], bool]:
@@ -80,7 +81,11 @@ def reward_from_json(data: Any, where: str = "reward") -> CandidateReward:
     by_rule = data.get("dominant_by_rule") or {}
     if not isinstance(by_rule, dict):
         raise ValueError(f"{where}.dominant_by_rule: expected an object, got {_describe(by_rule)}")
-    return CandidateReward(**{name: data[name] for name in REWARD_FIELDS}, dominant_by_rule=dict(by_rule))
+    misquoted = data.get("misquoted") or {}
+    if not isinstance(misquoted, dict) or not all(isinstance(v, bool) for v in misquoted.values()):
+        raise ValueError(f"{where}.misquoted: expected true or false for each agent, got {misquoted!r}")
+    return CandidateReward(**{name: data[name] for name in REWARD_FIELDS}, dominant_by_rule=dict(by_rule),
+                           misquoted=dict(misquoted))
 
 
 def dumps(payload: Any) -> str:

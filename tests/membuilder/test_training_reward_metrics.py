@@ -4,6 +4,8 @@ entropy, and the learnable share (no-op, oracle, gain) from a real MemoryGym-v0 
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 
 import pytest
@@ -110,3 +112,21 @@ def test_groups_whose_rollouts_all_tie_are_counted(scorer):
     reward(**batch)
     assert reward.last_stats["reward/tied_groups"] == 1.0  # identical rollouts: no group has a gradient
     assert mixed < 1.0  # the expert beside writing nothing: the groups differ
+
+
+def test_misquotes_are_logged_under_either_rule_and_zeroed_under_zero(scorer):
+    key = scorer.session_keys()[0]
+    miss = json.dumps({"operations": [{"action": "UPDATE", "old_memory": "Nothing like this was ever written down",
+                                       "new_memory": "Coffee: a french press"}]})
+    expert = scorer.expert_action(key)
+    rows = dict(prompts=[None] * 2, completions=[expert["semantic"], miss], session_key=[key] * 2,
+                agent=["semantic"] * 2)
+    reward = SessionReward(scorer)
+    published = reward(**rows)
+    assert reward.last_stats["reward/quote_missed_semantic"] == 0.5  # the expert quotes nothing amiss
+    zeroing = SessionScorer(dataclasses.replace(scorer.config, quote_miss="zero"), [0], 2, pick="every_period")
+    reward = SessionReward(zeroing)
+    zeroed = reward(**rows)
+    assert reward.last_stats["reward/quote_missed_semantic"] == 0.5
+    assert published[1] > 0.0  # scored as the ADD it became
+    assert zeroed[0] == published[0] and zeroed[1] == 0.0
